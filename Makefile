@@ -1,0 +1,95 @@
+# Countersign — developer commands. GNU make; recipes run in bash.
+#
+#   make run     embedded mode (SQLite + filesystem broker): web, worker, demo upstream
+#   make test    the test suite (needs PostgreSQL and Redis; see .ci/services)
+#   make lint    ruff check + ruff format --check
+#   make fmt     apply ruff fixes and formatting
+#   make lock    regenerate requirements.lock from pyproject.toml
+#   make venv    create/sync .venv from requirements.lock
+#   make clean   remove var/ and caches (keeps .venv)
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+UV     := $(VENV)/bin/uv
+RUFF   := $(VENV)/bin/ruff
+STAMP  := $(VENV)/.synced
+LOCK   := requirements.lock
+
+# make run
+PORT      ?= 8000
+DEMO_PORT ?= 8765
+
+# make test (each may be overridden from the environment or the command line)
+DATABASE_URL      ?= postgres://postgres@127.0.0.1:5432/countersign
+REDIS_URL         ?= redis://127.0.0.1:6379/0
+CELERY_BROKER_URL ?= $(REDIS_URL)
+PYTEST_ARGS       ?=
+
+# make lock (e.g. LOCK_ARGS=--upgrade, or LOCK_ARGS="--upgrade-package django")
+LOCK_ARGS ?=
+
+.PHONY: help venv run test lint fmt lock clean
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+# --- virtualenv ------------------------------------------------------------------------
+venv: $(STAMP)
+
+# Created only if missing, with the first Python >= 3.12 that .ci/find-python finds.
+$(PY):
+	@python=$$(.ci/find-python); \
+	echo "Creating $(VENV) with $$python"; \
+	"$$python" -m venv --clear $(VENV)
+
+# uv itself is pinned in the lock (dev extra), so install that same version: `uv pip sync`
+# then leaves it alone.
+$(UV): | $(PY)
+	@version=$$(sed -n 's/^uv==\([^ ;\\]*\).*/\1/p' $(LOCK)); \
+	$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --upgrade >/dev/null; \
+	echo "Installing uv$${version:+==$$version} into $(VENV)"; \
+	$(PY) -m pip install --quiet --disable-pip-version-check "uv$${version:+==$$version}"
+
+# Re-sync whenever the lock is newer than the last sync.
+$(STAMP): $(LOCK) | $(UV)
+	$(UV) pip sync --python $(PY) $(LOCK)
+	@touch $@
+
+# --- run ---------------------------------------------------------------------------
+# Embedded mode; DATABASE_URL / CELERY_BROKER_URL are deliberately not set here (the
+# settings default to SQLite under var/ and the filesystem:// broker).
+run: venv
+	PYTHON=$(PY) PORT=$(PORT) DEMO_PORT=$(DEMO_PORT) COUNTERSIGN_ENV=embedded .ci/run-embedded
+
+# --- test --------------------------------------------------------------------------
+# Does not start services (CI runs .ci/services first); says clearly if they are down.
+test: venv
+	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' PYTHON=$(PY) .ci/check-services
+	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' \
+	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test \
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# --- code style --------------------------------------------------------------------
+lint: venv
+	$(RUFF) check .
+	$(RUFF) format --check .
+
+fmt: venv
+	$(RUFF) check --fix .
+	$(RUFF) format .
+
+# --- dependencies ------------------------------------------------------------------
+# Universal for Python >= 3.12 on any platform (markers), with hashes.
+lock: | $(UV)
+	$(UV) pip compile pyproject.toml --extra dev --python-version 3.12 --universal \
+		--generate-hashes $(LOCK_ARGS) -o $(LOCK)
+
+# --- housekeeping ------------------------------------------------------------------
+clean:
+	rm -rf var .pytest_cache .ruff_cache .hypothesis test-results
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

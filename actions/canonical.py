@@ -1,0 +1,106 @@
+"""Canonical JSON: one byte string per meaning, so equal plans hash equally.
+
+Fingerprints are SHA-256 over RFC 8785 (JCS) bytes. Before that, every string is
+normalized to NFC, so two inputs that only differ in Unicode composition are the same
+plan. Parsing refuses what JSON tolerates but a fingerprint must not: duplicate keys
+(which value would the executor use?), NaN/Infinity, and integers beyond the range
+every JSON implementation keeps exactly (money and big ids belong in strings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from typing import Any
+
+import rfc8785
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class CanonicalJSONError(ValueError):
+    """The document cannot be represented canonically; ``pointer`` says where."""
+
+    def __init__(self, message: str, pointer: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.pointer = pointer
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise CanonicalJSONError(f"duplicate key {key!r} in a JSON object")
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    raise CanonicalJSONError(f"{name} is not valid JSON")
+
+
+def loads_strict(data: bytes | str) -> Any:
+    """Parse JSON, refusing duplicate keys and non-finite numbers; NFC-normalize strings."""
+    try:
+        value = json.loads(
+            data, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+        )
+    except CanonicalJSONError:
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CanonicalJSONError(f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise CanonicalJSONError("JSON nested too deeply") from None
+    return normalize(value)
+
+
+def escape_pointer_token(token: str | int) -> str:
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def normalize(value: Any, pointer: str = "") -> Any:
+    """Return ``value`` with NFC strings, checked for canonical representability."""
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise CanonicalJSONError(
+                "integer outside ±(2^53-1); send large numbers as strings", pointer
+            )
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise CanonicalJSONError("non-finite number", pointer)
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CanonicalJSONError("object keys must be strings", pointer)
+            nkey = unicodedata.normalize("NFC", key)
+            if nkey in out:
+                raise CanonicalJSONError(
+                    f"keys {key!r} collide after Unicode normalization", pointer
+                )
+            out[nkey] = normalize(item, f"{pointer}/{escape_pointer_token(nkey)}")
+        return out
+    if isinstance(value, list | tuple):
+        return [normalize(item, f"{pointer}/{i}") for i, item in enumerate(value)]
+    raise CanonicalJSONError(f"{type(value).__name__} is not a JSON value", pointer)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """RFC 8785 bytes of the NFC-normalized value."""
+    return rfc8785.dumps(normalize(value))
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any) -> str:
+    return sha256_hex(canonical_bytes(value))

@@ -1,0 +1,75 @@
+"""Domain errors. Services raise these; the API turns them into RFC 9457 problems and
+the pages into messages. Each carries a stable ``type`` slug and an HTTP status."""
+
+from __future__ import annotations
+
+
+class CountersignError(Exception):
+    status = 400
+    type = "bad-request"
+    title = "The request cannot be processed"
+
+    def __init__(self, detail: str = "", *, errors: list[dict[str, str]] | None = None) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.errors = errors or []
+
+
+class InvalidInput(CountersignError):
+    status = 422
+    type = "invalid-input"
+    title = "The input does not match the action's schema"
+
+
+class UnknownAction(CountersignError):
+    status = 422
+    type = "unknown-action"
+    title = "No such action is available to this agent"
+
+
+class NotAllowed(CountersignError):
+    status = 403
+    type = "not-allowed"
+    title = "This agent may not do that"
+
+
+class NotFound(CountersignError):
+    status = 404
+    type = "not-found"
+    title = "Not found"
+
+
+class IdempotencyKeyReused(CountersignError):
+    status = 422
+    type = "idempotency-key-reused"
+    title = "This Idempotency-Key was used with a different request"
+
+
+class IdempotencyInFlight(CountersignError):
+    status = 409
+    type = "idempotency-in-flight"
+    title = "A request with this Idempotency-Key is still being processed"
+
+
+class InvalidTransition(CountersignError):
+    status = 409
+    type = "invalid-state"
+    title = "The plan is not in a state that allows this"
+
+
+class FingerprintMismatch(CountersignError):
+    status = 409
+    type = "fingerprint-mismatch"
+    title = "The plan you saw is not the plan on record"
+
+
+class AlreadyDecided(CountersignError):
+    status = 409
+    type = "already-decided"
+    title = "You have already decided on this plan"
+
+
+class ActionChanged(CountersignError):
+    status = 409
+    type = "action-changed"
+    title = "The action's definition changed since this preview"

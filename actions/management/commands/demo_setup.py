@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import os
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from actions.models import Action, Agent, Connector, Credential
+from actions.services import agent_create, credential_set
+from actions.tokens import new_token
+
+
+def ensure_reviewers_group() -> Group:
+    group, _ = Group.objects.get_or_create(name="reviewers")
+    group.permissions.add(Permission.objects.get(codename="review_plan"))
+    return group
+
+
+class Command(BaseCommand):
+    help = (
+        "Prepare the embedded demo: a reviewer login, a demo agent allowed every demo "
+        "action, and the demo upstream's credentials. Prints the login and agent token."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--connector", default="demo")
+        parser.add_argument("--username", default="reviewer")
+
+    def handle(self, *args, connector: str, username: str, **options):
+        conn = Connector.objects.filter(name=connector).first()
+        if conn is None:
+            raise CommandError(f"no connector {connector!r}: load the demo catalog first")
+        read_token = os.environ.get("DEMO_UPSTREAM_READ_TOKEN", "demo-read-token")
+        write_token = os.environ.get("DEMO_UPSTREAM_WRITE_TOKEN", "demo-write-token")
+        password = secrets.token_urlsafe(12)
+        with transaction.atomic():
+            User = get_user_model()
+            user, _ = User.objects.get_or_create(username=username)
+            user.set_password(password)
+            user.is_staff = True
+            user.is_superuser = True
+            user.save()
+            user.groups.add(ensure_reviewers_group())
+            credential_set(
+                connector=conn,
+                role=Credential.Role.READ,
+                secret={"token": read_token},
+                actor="demo_setup",
+            )
+            credential_set(
+                connector=conn,
+                role=Credential.Role.WRITE,
+                secret={"token": write_token},
+                actor="demo_setup",
+            )
+            names = list(Action.objects.filter(connector=conn).values_list("name", flat=True))
+            agent = Agent.objects.filter(name="demo-agent").first()
+            if agent is None:
+                agent, token = agent_create(
+                    name="demo-agent", action_names=names, actor="demo_setup"
+                )
+            else:
+                # A fresh token each run: the old one was printed to an old terminal.
+                token, prefix, digest = new_token()
+                Agent.objects.filter(pk=agent.pk).update(token_prefix=prefix, token_hash=digest)
+                agent.actions.set(Action.objects.filter(name__in=names))
+        self.stdout.write(f"Reviewer login: {username} / {password}")
+        self.stdout.write(f"Demo agent token: {token}")
+        self.stdout.write(
+            "Try: curl -s -H 'Authorization: Bearer <token>' -H 'Content-Type: application/json' "
+            '-d \'{"action": "update_contact_email", "input": {"contact_id": "c-1001", '
+            '"email": "ada@new.example"}, "reason": "customer asked"}\' '
+            "http://127.0.0.1:8000/api/v1/plans"
+        )

@@ -1,0 +1,167 @@
+"""The catalog: connectors (upstream systems), their credentials, actions, and agents."""
+
+from __future__ import annotations
+
+import uuid
+from functools import cached_property
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from .spec import ActionSpec
+
+
+class ConsequenceClass(models.TextChoices):
+    OBSERVATION = "observation", "Observation"
+    REVERSIBLE = "reversible", "Reversible change"
+    EXTERNAL = "external", "External commitment"
+    IRREVERSIBLE = "irreversible", "Irreversible or broad change"
+
+
+class ChangeKind(models.TextChoices):
+    CREATE = "create"
+    UPDATE = "update"
+    REPLACE = "replace"
+    DELETE = "delete"
+    INVOKE = "invoke"
+
+
+class Connector(models.Model):
+    """One upstream system. Outbound requests may only go to its base URL's host."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    base_url = models.URLField(max_length=500)
+    connect_timeout = models.FloatField(default=3.0)
+    read_timeout = models.FloatField(default=10.0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def credential(self, role: str) -> Credential | None:
+        """The newest usable credential for a role (revoked and expired ones excluded)."""
+        from django.utils import timezone
+
+        now = timezone.now()
+        return (
+            self.credentials.filter(role=role, revoked_at__isnull=True)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+            .order_by("-created_at")
+            .first()
+        )
+
+
+class Credential(models.Model):
+    """A secret for one connector and one role, encrypted at rest.
+
+    Read secrets are encrypted with the shared MultiFernet keys; write secrets are
+    sealed to the worker's public key, so the web process that stores them cannot open
+    them. The plaintext carries the credential's id: a ciphertext copied onto another
+    row does not open there.
+    """
+
+    class Role(models.TextChoices):
+        READ = "read"
+        WRITE = "write"
+
+    class Scheme(models.TextChoices):
+        BEARER = "bearer", "Bearer token"
+        HEADER = "header", "API key header"
+        BASIC = "basic", "HTTP basic"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    connector = models.ForeignKey(Connector, on_delete=models.CASCADE, related_name="credentials")
+    role = models.CharField(max_length=8, choices=Role.choices)
+    scheme = models.CharField(max_length=8, choices=Scheme.choices, default=Scheme.BEARER)
+    header_name = models.CharField(max_length=100, blank=True)
+    ciphertext = models.BinaryField(editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(role__in=["read", "write"]), name="credential_role_valid"
+            ),
+        ]
+        indexes = [
+            # Connector.credential(): newest live credential for (connector, role).
+            models.Index(fields=["connector", "role", "-created_at"], name="credential_lookup"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.connector.name} {self.role} credential"
+
+
+class Action(models.Model):
+    """One narrowly scoped thing an agent may ask for.
+
+    ``definition`` is the catalog entry as loaded; ``version`` increases and
+    ``digest`` changes whenever it changes, and both go into every plan's fingerprint,
+    so a plan previewed under an old definition can never run under a new one.
+    """
+
+    name = models.SlugField(max_length=100, unique=True)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    connector = models.ForeignKey(Connector, on_delete=models.PROTECT, related_name="actions")
+    kind = models.CharField(max_length=10, choices=ChangeKind.choices)
+    consequence_class = models.CharField(max_length=16, choices=ConsequenceClass.choices)
+    definition = models.JSONField()
+    version = models.PositiveIntegerField(default=1)
+    digest = models.CharField(max_length=64)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=ChangeKind.values), name="action_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(consequence_class__in=ConsequenceClass.values),
+                name="action_consequence_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @cached_property
+    def spec(self) -> ActionSpec:
+        return ActionSpec.from_definition(self.name, self.definition)
+
+
+class Agent(models.Model):
+    """An AI agent that may propose plans for a set of actions.
+
+    Only a SHA-256 of its bearer token is stored: tokens are 256-bit random values, so
+    a fast hash is enough and lets every request be looked up by an indexed equality.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.SlugField(max_length=100, unique=True)
+    token_prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    actions = models.ManyToManyField(Action, related_name="agents", blank=True)
+    is_active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,215 @@
+"""The typed form of one action's catalog definition, and its templates.
+
+Templates are deliberately small. A path template names input fields in braces
+(``/contacts/{contact_id}``) and every value is percent-encoded as a single path
+segment, so an input can never add segments, a query or another host. A body template
+is JSON in which ``{"$input": "field"}`` stands for an input value (kept with its
+type; the key is dropped when an optional field is absent). Nothing else is
+evaluated: free text never selects a resource, a method or a host.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from jsonschema import Draft202012Validator
+
+_PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ABSENT = object()
+
+
+class TemplateError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class VersionSource:
+    source: str  # "etag" | "field" | "hash"
+    field: str = ""  # JSON pointer into the read body, for source == "field"
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    path: str
+    not_found: tuple[int, ...] = (404,)
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    method: str
+    path: str
+    body: Any = None
+    precondition: str = "none"  # "if_match" | "if_none_match" | "field" | "none"
+    precondition_field: str = ""  # JSON pointer into the body, for precondition == "field"
+    content_type: str = "application/json"
+    idempotency_header: str = ""
+
+
+@dataclass(frozen=True)
+class ApprovalSpec:
+    approvers: int
+    approval_ttl: int  # seconds an approval stays usable
+    plan_ttl: int  # seconds a plan may wait for a decision
+
+
+DEFAULT_APPROVERS = {"observation": 1, "reversible": 1, "external": 1, "irreversible": 2}
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    title: str
+    description: str
+    connector: str
+    kind: str
+    consequence_class: str
+    card: dict[str, str]
+    input_schema: dict[str, Any]
+    target: str
+    read: ReadSpec | None
+    version: VersionSource | None
+    write: WriteSpec
+    summary: str = ""
+    approval: ApprovalSpec = field(default_factory=lambda: ApprovalSpec(1, 900, 3600))
+
+    @classmethod
+    def from_definition(cls, name: str, d: dict[str, Any]) -> ActionSpec:
+        """Build from a definition already validated against the catalog schema."""
+        from django.conf import settings
+
+        kind = d["kind"]
+        target = d["target"]
+        read = None
+        if kind != "invoke" and d.get("read", {}) is not None:
+            r = d.get("read") or {}
+            read = ReadSpec(path=r.get("path", target), not_found=tuple(r.get("not_found", [404])))
+        version = None
+        if read is not None and kind != "create":
+            v = d.get("version") or {"source": "hash"}
+            version = VersionSource(source=v["source"], field=v.get("field", ""))
+        w = d["write"]
+        default_method = {
+            "create": "PUT",
+            "update": "PATCH",
+            "replace": "PUT",
+            "delete": "DELETE",
+            "invoke": "POST",
+        }[kind]
+        default_ct = "application/merge-patch+json" if kind == "update" else "application/json"
+        write = WriteSpec(
+            method=w.get("method", default_method).upper(),
+            path=w.get("path", target),
+            body=w.get("body"),
+            precondition=w.get("precondition", "none"),
+            precondition_field=w.get("precondition_field", ""),
+            content_type=w.get("content_type", default_ct),
+            idempotency_header=w.get("idempotency_header", ""),
+        )
+        a = d.get("approval") or {}
+        cls_name = d["consequence_class"]
+        approval = ApprovalSpec(
+            approvers=int(a.get("approvers", DEFAULT_APPROVERS[cls_name])),
+            approval_ttl=int(a.get("approval_ttl", settings.COUNTERSIGN_APPROVAL_TTL_SECONDS)),
+            plan_ttl=int(a.get("plan_ttl", settings.COUNTERSIGN_PLAN_TTL_SECONDS)),
+        )
+        return cls(
+            name=name,
+            title=d["title"],
+            description=d.get("description", ""),
+            connector=d["connector"],
+            kind=kind,
+            consequence_class=cls_name,
+            card=dict(d["card"]),
+            input_schema=d["input_schema"],
+            target=target,
+            read=read,
+            version=version,
+            write=write,
+            summary=d.get("summary", ""),
+            approval=approval,
+        )
+
+    # --- input -----------------------------------------------------------------
+
+    def input_validator(self) -> Draft202012Validator:
+        return Draft202012Validator(
+            self.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
+        )
+
+    # --- templates ---------------------------------------------------------------
+
+    def render_path(self, template: str, values: dict[str, Any]) -> str:
+        def sub(match: re.Match[str]) -> str:
+            key = match.group(1)
+            if key not in values or values[key] is None:
+                raise TemplateError(f"path needs input field {key!r}")
+            value = values[key]
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise TemplateError(f"input field {key!r} must be a string or integer")
+            text = str(value)
+            if text in {"", ".", ".."}:
+                raise TemplateError(f"input field {key!r} is not a usable path segment")
+            # safe="" encodes "/" too: one value, one segment.
+            return quote(text, safe="")
+
+        return _PATH_FIELD.sub(sub, template)
+
+    def render_body(self, template: Any, values: dict[str, Any]) -> Any:
+        rendered = _render(template, values)
+        return None if rendered is _ABSENT else rendered
+
+    def render_summary(self, values: dict[str, Any]) -> str:
+        """The action's own markdown sentence, with input values escaped as code."""
+        if not self.summary:
+            return ""
+        fields = {key: markdown_code(value) for key, value in values.items()}
+        return string.Formatter().vformat(self.summary, (), _Missing(fields))
+
+
+class _Missing(dict):
+    def __missing__(self, key: str) -> str:
+        return "—"
+
+
+def markdown_code(value: Any) -> str:
+    """Render a value as an inline code span that no backtick in it can close early."""
+    text = value if isinstance(value, str) else _json_text(value)
+    text = text.replace("\n", " ")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def markdown_block(value: Any) -> str:
+    """Render a value as a fenced code block that no fence inside it can close."""
+    text = value if isinstance(value, str) else _json_text(value)
+    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+def _json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _render(template: Any, values: dict[str, Any]) -> Any:
+    if isinstance(template, dict):
+        if set(template) == {"$input"}:
+            key = template["$input"]
+            return values.get(key, _ABSENT)
+        out = {}
+        for key, item in template.items():
+            rendered = _render(item, values)
+            if rendered is not _ABSENT:
+                out[key] = rendered
+        return out
+    if isinstance(template, list):
+        return [item for item in (_render(i, values) for i in template) if item is not _ABSENT]
+    return template

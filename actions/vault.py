@@ -1,0 +1,93 @@
+"""The web-side half of the credential vault.
+
+Read secrets: MultiFernet with keys shared by web and worker (first key encrypts,
+every key decrypts, so keys rotate). Write secrets: a libsodium sealed box to the
+worker's public key. This module can *seal* a write secret but has no way to open one;
+opening lives in executors.vault and needs the private key only workers are given.
+
+Every plaintext is ``{"cid": <credential id>, "secret": {...}}``: a ciphertext copied
+onto another credential row fails the id check and does not open there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from django.conf import settings
+from nacl.public import PublicKey, SealedBox
+
+from .models import Credential
+
+
+class VaultError(Exception):
+    """A credential could not be sealed or opened. Never carries the secret."""
+
+
+def _multifernet() -> MultiFernet:
+    keys = settings.COUNTERSIGN_FERNET_KEYS
+    if not keys:
+        raise VaultError("no read-credential keys configured (COUNTERSIGN_FERNET_KEYS)")
+    return MultiFernet([Fernet(k.encode() if isinstance(k, str) else k) for k in keys])
+
+
+def worker_public_key() -> PublicKey:
+    encoded = settings.COUNTERSIGN_WORKER_PUBLIC_KEY
+    if not encoded:
+        raise VaultError(
+            "no worker public key configured (COUNTERSIGN_WORKER_PUBLIC_KEY); "
+            "run `manage.py worker_keygen` and give the public key to web processes"
+        )
+    return PublicKey(base64.b64decode(encoded))
+
+
+def _plaintext(credential_id, secret: dict[str, Any]) -> bytes:
+    return json.dumps({"cid": str(credential_id), "secret": secret}).encode()
+
+
+def unwrap(credential: Credential, plaintext: bytes) -> dict[str, Any]:
+    payload = json.loads(plaintext)
+    if payload.get("cid") != str(credential.id):
+        raise VaultError("ciphertext belongs to another credential")
+    return payload["secret"]
+
+
+def seal(credential: Credential, secret: dict[str, Any]) -> bytes:
+    """Encrypt ``secret`` for ``credential`` according to its role."""
+    plaintext = _plaintext(credential.id, secret)
+    if credential.role == Credential.Role.WRITE:
+        return SealedBox(worker_public_key()).encrypt(plaintext)
+    return _multifernet().encrypt(plaintext)
+
+
+def open_read_secret(credential: Credential) -> dict[str, Any]:
+    if credential.role != Credential.Role.READ:
+        raise VaultError("only read credentials open here")
+    try:
+        return unwrap(credential, _multifernet().decrypt(bytes(credential.ciphertext)))
+    except InvalidToken:
+        raise VaultError("read credential does not decrypt with the configured keys") from None
+
+
+def rotate_read_secret(credential: Credential) -> bytes:
+    """Re-encrypt under the first (newest) key."""
+    return _multifernet().rotate(bytes(credential.ciphertext))
+
+
+def auth_headers(credential: Credential, secret: dict[str, Any]) -> dict[str, str]:
+    """HTTP headers that present ``secret`` the way the credential's scheme says."""
+    if credential.scheme == Credential.Scheme.BEARER:
+        return {"Authorization": f"Bearer {secret['token']}"}
+    if credential.scheme == Credential.Scheme.HEADER:
+        return {credential.header_name: secret["token"]}
+    if credential.scheme == Credential.Scheme.BASIC:
+        raw = f"{secret['username']}:{secret['password']}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(raw).decode()}
+    raise VaultError(f"unknown credential scheme {credential.scheme!r}")
+
+
+def secret_values(secret: dict[str, Any]) -> list[str]:
+    """Every string in a secret, for redaction."""
+    return [v for v in secret.values() if isinstance(v, str) and v]

@@ -1,0 +1,396 @@
+"""The agent API, v1: list actions, propose plans, read them (long-poll), cancel.
+
+Agents have no endpoint that approves anything. Every error is an RFC 9457 problem
+with a correlation id; nothing upstream-raw, secret or internal reaches an agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from ninja import NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
+from ninja.security import HttpBearer
+from pydantic import Field
+
+from actions.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
+from actions.exceptions import CountersignError, NotFound
+from actions.models import Action, Agent
+from actions.services import agent_authenticate
+
+from .models import TERMINAL, Plan, PlanStatus
+from .schemas import ActionOut, PlanCreate, PlanOut, Problem
+from .services import plan_cancel, plan_submit
+
+log = logging.getLogger(__name__)
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+POLL_INTERVAL_SECONDS = 0.2
+
+
+class MalformedBody(CountersignError):
+    status = 400
+    type = "malformed-json"
+    title = "The body is not acceptable JSON"
+
+
+class BodyTooLarge(CountersignError):
+    status = 413
+    type = "body-too-large"
+    title = "The body is too large"
+
+
+class Unauthenticated(CountersignError):
+    status = 401
+    type = "unauthenticated"
+    title = "A valid agent token is required"
+
+
+def problem(
+    *,
+    status: int,
+    type: str,
+    title: str,
+    detail: str,
+    errors: list[dict[str, str]] | None = None,
+    headers: dict[str, str] | None = None,
+    correlation_id: str | None = None,
+) -> JsonResponse:
+    body: dict[str, Any] = {
+        "type": f"urn:countersign:problem:{type}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "correlation_id": correlation_id or str(uuid.uuid4()),
+    }
+    if errors:
+        body["errors"] = errors
+    response = JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE)
+    for key, value in (headers or {}).items():
+        response[key] = value
+    return response
+
+
+def problem_from(exc: CountersignError) -> JsonResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return problem(
+        status=exc.status,
+        type=exc.type,
+        title=exc.title,
+        detail=exc.detail,
+        errors=exc.errors or None,
+        headers=headers,
+    )
+
+
+class StrictJSONParser(Parser):
+    """JSON bodies with duplicate keys, NaN or oversized payloads are refused."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = request.body  # Django refuses a declared length over the limit itself
+        if len(raw) > limit:
+            raise BodyTooLarge(f"at most {limit} bytes")
+        if not raw:
+            raise MalformedBody("the body is empty")
+        try:
+            return loads_strict(raw)
+        except CanonicalJSONError as exc:
+            raise MalformedBody(exc.message) from None
+
+
+class AgentBearer(HttpBearer):
+    def __call__(self, request: HttpRequest) -> Agent | None:
+        # Parse the header ourselves: the stock implementation logs unexpected values,
+        # which could put a token in the logs.
+        value = request.headers.get("Authorization", "")
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        return self.authenticate(request, token.strip())
+
+    def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
+        agent = agent_authenticate(token)
+        if agent is not None:
+            request.agent = agent
+        return agent
+
+
+api = NinjaAPI(
+    title="Countersign agent API",
+    version="1",
+    description=(
+        "Agents propose typed plans; people approve the exact plan; an isolated worker "
+        "executes it once. Agents cannot approve anything."
+    ),
+    urls_namespace="api-v1",
+    auth=AgentBearer(),
+    parser=StrictJSONParser(),
+    openapi_url="/openapi.json",
+    docs_url="/docs",
+)
+
+
+@api.exception_handler(CountersignError)
+def _domain_error(request: HttpRequest, exc: CountersignError) -> HttpResponse:
+    return problem_from(exc)
+
+
+@api.exception_handler(AuthenticationError)
+def _auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return problem_from(Unauthenticated("send Authorization: Bearer <agent token>"))
+
+
+def _pointer(loc: tuple | list) -> str:
+    parts = list(loc)
+    # ninja prefixes locations with the source ("body", "query", "path") and, for a
+    # body, the parameter name; pointers are into the submitted document itself.
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        source = parts.pop(0)
+        if source == "body" and parts and parts[0] == "payload":
+            parts.pop(0)
+    return "".join(f"/{escape_pointer_token(p)}" for p in parts)
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = []
+    for error in exc.errors:
+        message = error.get("msg", "invalid")
+        if error.get("type") == "extra_forbidden":
+            message = "unknown field"
+        elif error.get("type") == "missing":
+            message = "this field is required"
+        errors.append({"pointer": _pointer(error.get("loc", ())), "message": message})
+    return problem(
+        status=422,
+        type="invalid-request",
+        title="The request does not match the API schema",
+        detail="see errors",
+        errors=errors,
+    )
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # ninja wraps parser failures in a generic 400; ours carry the precise reason.
+    if isinstance(exc.__cause__, CountersignError):
+        return problem_from(exc.__cause__)
+    if isinstance(exc.__cause__, RequestDataTooBig):
+        return problem_from(BodyTooLarge(f"at most {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"))
+    return problem(status=exc.status_code, type="http-error", title=str(exc), detail=str(exc))
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return problem_from(BodyTooLarge(f"at most {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"))
+
+
+@api.exception_handler(Exception)
+def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    correlation_id = str(uuid.uuid4())
+    log.exception("agent API error, correlation id %s", correlation_id)
+    return problem(
+        status=500,
+        type="internal-error",
+        title="Something went wrong on our side",
+        detail="quote the correlation id to an administrator",
+        correlation_id=correlation_id,
+    )
+
+
+# --- actions ------------------------------------------------------------------------
+
+
+def action_out(action: Action) -> dict[str, Any]:
+    spec = action.spec
+    kind = action.kind
+    return {
+        "name": action.name,
+        "title": action.title,
+        "description": action.description,
+        "card": spec.card,
+        "consequence_class": action.consequence_class,
+        "kind": kind,
+        "input_schema": spec.input_schema,
+        "approval": {
+            "mode": "per_call",
+            "approvers_required": spec.approval.approvers,
+            "approval_ttl_seconds": spec.approval.approval_ttl,
+            "plan_ttl_seconds": spec.approval.plan_ttl,
+        },
+        # Hints describe the upstream effect once a person approves.
+        "annotations": {
+            "readOnlyHint": False,
+            "destructiveHint": kind in ("delete", "replace")
+            or action.consequence_class == "irreversible",
+            "idempotentHint": kind in ("update", "replace", "delete", "create"),
+            "openWorldHint": action.consequence_class in ("external", "irreversible"),
+        },
+    }
+
+
+@api.get(
+    "/actions", response=list[ActionOut], tags=["actions"], summary="Actions this agent may propose"
+)
+def list_actions(request: HttpRequest):
+    agent: Agent = request.auth
+    return [action_out(a) for a in agent.actions.filter(enabled=True).order_by("name")]
+
+
+# --- plans --------------------------------------------------------------------------
+
+
+def plan_out(plan: Plan) -> dict[str, Any]:
+    request = plan.write_request
+    outcome = None
+    if plan.status in TERMINAL or plan.status in (PlanStatus.PENDING, PlanStatus.UNKNOWN):
+        outcome = {
+            "state": plan.status,
+            "detail": plan.outcome_detail,
+            "upstream_status": plan.upstream_status,
+            "correlation_id": plan.correlation_id,
+            "finished_at": plan.finished_at,
+        }
+    return {
+        "id": plan.id,
+        "action": plan.action.name,
+        "status": plan.status,
+        "fingerprint": plan.fingerprint,
+        "short_code": plan.short_code,
+        "consequence_class": plan.consequence_class,
+        "target": {"connector": plan.target["connector"], "path": plan.target["path"]},
+        "input": plan.input,
+        "reason": plan.reason,
+        "preview": {
+            "before": plan.before,
+            "after": plan.after,
+            "changes": plan.changes,
+            "summary_markdown": plan.summary_markdown,
+            "request": {
+                "method": request["method"],
+                "path": request["path"],
+                "headers": request.get("headers") or {},
+                "body": request.get("body"),
+            },
+        },
+        "precondition": {
+            "kind": plan.precondition["kind"],
+            "expected": plan.precondition.get("expected"),
+            "enforced_by": plan.precondition.get("enforced_by", "none"),
+        },
+        "approvals_required": plan.approvals_required,
+        "review_url": plan.review_url,
+        "created_at": plan.created_at,
+        "expires_at": plan.expires_at,
+        "outcome": outcome,
+    }
+
+
+_PLAN_ERRORS = {
+    400: Problem,
+    401: Problem,
+    403: Problem,
+    404: Problem,
+    409: Problem,
+    413: Problem,
+    422: Problem,
+    502: Problem,
+    504: Problem,
+}
+
+
+@api.post(
+    "/plans",
+    response={201: PlanOut, **_PLAN_ERRORS},
+    tags=["plans"],
+    summary="Propose a plan (read-only preview; nothing is written)",
+    openapi_extra={
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string", "maxLength": 255},
+                "description": "Resubmitting with the same key returns the same plan (kept 24 h).",
+            }
+        ]
+    },
+)
+def create_plan(request: HttpRequest, payload: PlanCreate):
+    agent: Agent = request.auth
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not (1 <= len(key) <= 255 and key.isprintable()):
+        return problem(
+            status=422,
+            type="invalid-request",
+            title="The request does not match the API schema",
+            detail="Idempotency-Key must be 1 to 255 printable characters",
+            errors=[{"pointer": "", "message": "invalid Idempotency-Key header"}],
+        )
+    plan, replayed = plan_submit(
+        agent=agent,
+        action_name=payload.action,
+        input=payload.input,
+        reason=payload.reason or "",
+        idempotency_key=key,
+    )
+    response = JsonResponse(
+        PlanOut.model_validate(plan_out(plan)).model_dump(mode="json"), status=201
+    )
+    response["Location"] = f"/api/v1/plans/{plan.id}"
+    if replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
+def _agent_plan(agent: Agent, plan_id: uuid.UUID) -> Plan:
+    plan = Plan.objects.select_related("action").filter(id=plan_id, agent=agent).first()
+    if plan is None:
+        raise NotFound("no such plan for this agent")
+    return plan
+
+
+class WaitQuery(Schema):
+    wait: float = Field(default=0, ge=0, le=30, description="Seconds to wait for a status change.")
+
+
+@api.get(
+    "/plans/{plan_id}",
+    response={200: PlanOut, 401: Problem, 404: Problem, 422: Problem},
+    tags=["plans"],
+    summary="Read a plan; ?wait=N long-polls for a change",
+)
+async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQuery]):
+    agent: Agent = request.auth
+    plan = await sync_to_async(_agent_plan)(agent, plan_id)
+    if query.wait and plan.status not in TERMINAL:
+        seen = plan.status
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + query.wait
+        while loop.time() < deadline:
+            await asyncio.sleep(min(POLL_INTERVAL_SECONDS, max(0.0, deadline - loop.time())))
+            status = await Plan.objects.filter(id=plan.id).values_list("status", flat=True).afirst()
+            if status != seen:
+                plan = await sync_to_async(_agent_plan)(agent, plan_id)
+                break
+    return 200, plan_out(plan)
+
+
+@api.post(
+    "/plans/{plan_id}/cancel",
+    response={200: PlanOut, 401: Problem, 404: Problem, 409: Problem},
+    tags=["plans"],
+    summary="Withdraw a plan that awaits approval",
+)
+def cancel_plan(request: HttpRequest, plan_id: uuid.UUID):
+    plan = plan_cancel(agent=request.auth, plan_id=plan_id)
+    return 200, plan_out(plan)

@@ -1,0 +1,91 @@
+"""Writing the audit trail: append-only rows, each chained to the one before by hash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from actions.canonical import canonical_bytes, sha256_hex
+
+from .models import AuditEvent, Plan
+
+GENESIS = "0" * 64
+# Any constant: the advisory lock that makes audit writers take turns on PostgreSQL.
+_AUDIT_LOCK_ID = 0x636F756E7465
+
+
+def event_hash(
+    *, prev_hash: str, at: str, kind: str, actor: str, plan_id: str, fingerprint: str, data: Any
+) -> str:
+    body = {
+        "prev": prev_hash,
+        "at": at,
+        "kind": kind,
+        "actor": actor,
+        "plan": plan_id,
+        "fingerprint": fingerprint,
+        "data": data,
+    }
+    return sha256_hex(canonical_bytes(body))
+
+
+def audit_record(
+    *, kind: str, actor: str, plan: Plan | None = None, data: dict[str, Any] | None = None
+) -> AuditEvent:
+    """Append one event. Must run inside the transaction of the change it records.
+
+    The writers are serialized until commit (advisory transaction lock on PostgreSQL;
+    SQLite runs one writer at a time anyway), so each event sees the true last hash.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("audit_record() must run inside the transaction it records")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_AUDIT_LOCK_ID])
+    last = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first()
+    prev_hash = last or GENESIS
+    at = timezone.now()
+    data = data or {}
+    fingerprint = plan.fingerprint if plan is not None else ""
+    digest = event_hash(
+        prev_hash=prev_hash,
+        at=at.isoformat(),
+        kind=kind,
+        actor=actor,
+        plan_id=str(plan.id) if plan is not None else "",
+        fingerprint=fingerprint,
+        data=data,
+    )
+    return AuditEvent.objects.create(
+        at=at,
+        kind=kind,
+        actor=actor,
+        plan=plan,
+        fingerprint=fingerprint,
+        data=data,
+        prev_hash=prev_hash,
+        hash=digest,
+    )
+
+
+def audit_verify() -> tuple[int, AuditEvent | None]:
+    """Walk the chain; return (events checked, first broken event or None)."""
+    prev_hash = GENESIS
+    checked = 0
+    for event in AuditEvent.objects.order_by("id").iterator(chunk_size=2000):
+        expected = event_hash(
+            prev_hash=prev_hash,
+            at=event.at.isoformat(),
+            kind=event.kind,
+            actor=event.actor,
+            plan_id=str(event.plan_id) if event.plan_id else "",
+            fingerprint=event.fingerprint,
+            data=event.data,
+        )
+        if event.prev_hash != prev_hash or event.hash != expected:
+            return checked, event
+        prev_hash = event.hash
+        checked += 1
+    return checked, None

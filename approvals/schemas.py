@@ -1,0 +1,125 @@
+"""JSON shapes of the agent API (v1). These are the public contract; see docs/api.md."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+
+class PlanCreate(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    action: str = Field(min_length=1, max_length=100, description="The action's name.")
+    input: dict[str, Any] = Field(description="Input matching the action's input_schema.")
+    reason: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="Why the agent proposes this. Shown to reviewers as an untrusted quote.",
+    )
+
+
+class Card(Schema):
+    effect: str
+    scope: str
+    result: str
+    consent: str
+    retry: str
+
+
+class Annotations(Schema):
+    """MCP-style hints about the *upstream effect* of the action once approved."""
+
+    readOnlyHint: bool
+    destructiveHint: bool
+    idempotentHint: bool
+    openWorldHint: bool
+
+
+class ApprovalPolicyOut(Schema):
+    mode: Literal["per_call"]
+    approvers_required: int
+    approval_ttl_seconds: int
+    plan_ttl_seconds: int
+
+
+class ActionOut(Schema):
+    name: str
+    title: str
+    description: str
+    card: Card
+    consequence_class: str
+    kind: str
+    input_schema: dict[str, Any]
+    approval: ApprovalPolicyOut
+    annotations: Annotations
+
+
+class TargetOut(Schema):
+    connector: str
+    path: str
+
+
+class WriteRequestOut(Schema):
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any = None
+
+
+class PreviewOut(Schema):
+    before: Any = None
+    after: Any = None
+    changes: list[dict[str, Any]]
+    summary_markdown: str
+    request: WriteRequestOut
+
+
+class PreconditionOut(Schema):
+    kind: Literal["version", "absent", "none"]
+    expected: Any = None
+    enforced_by: str
+
+
+class OutcomeOut(Schema):
+    state: str
+    detail: str
+    upstream_status: int | None = None
+    correlation_id: UUID
+    finished_at: datetime | None = None
+
+
+class PlanOut(Schema):
+    id: UUID
+    action: str
+    status: str
+    fingerprint: str
+    short_code: str
+    consequence_class: str
+    target: TargetOut
+    input: dict[str, Any]
+    reason: str
+    preview: PreviewOut
+    precondition: PreconditionOut
+    approvals_required: int
+    review_url: str
+    created_at: datetime
+    expires_at: datetime
+    outcome: OutcomeOut | None = None
+
+
+class ProblemError(Schema):
+    pointer: str
+    message: str
+
+
+class Problem(Schema):
+    type: str
+    title: str
+    status: int
+    detail: str
+    correlation_id: UUID
+    errors: list[ProblemError] | None = None

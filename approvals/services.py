@@ -1,0 +1,439 @@
+"""State changes for plans and approvals. Views and the API call these; nothing else
+writes Plan.status."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from jsonschema.exceptions import ValidationError as SchemaValidationError
+
+from actions.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
+from actions.exceptions import (
+    ActionChanged,
+    AlreadyDecided,
+    FingerprintMismatch,
+    IdempotencyInFlight,
+    IdempotencyKeyReused,
+    InvalidInput,
+    InvalidTransition,
+    NotAllowed,
+    NotFound,
+    UnknownAction,
+)
+from actions.fingerprint import fingerprint, fingerprint_document, plan_fingerprint_matches
+from actions.models import Action, Agent
+from actions.preview import compute_preview
+from actions.spec import TemplateError
+
+from .audit import audit_record
+from .models import TRANSITIONS, Approval, IdempotencyRecord, Plan, PlanStatus
+
+log = logging.getLogger(__name__)
+
+# An Idempotency-Key reservation with no plan after this long belongs to a request
+# that died mid-preview; a retry may take it over.
+IDEMPOTENCY_RESERVATION_SECONDS = 60
+MAX_REASON_CHARS = 2000
+
+
+def agent_actor(agent: Agent) -> str:
+    return f"agent:{agent.name}"
+
+
+def user_actor(user) -> str:
+    return f"user:{user.get_username()}"
+
+
+# --- the state machine --------------------------------------------------------------
+
+
+def plan_transition(
+    plan: Plan,
+    *,
+    to: str,
+    actor: str,
+    event: str,
+    data: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Plan:
+    """Move ``plan`` from its current status to ``to``, or raise InvalidTransition.
+
+    A conditional UPDATE on (id, status) makes the move race-free: if another process
+    moved the plan first, zero rows change and nothing is recorded.
+    """
+    source = plan.status
+    if to not in TRANSITIONS.get(source, frozenset()):
+        raise InvalidTransition(f"a plan cannot go from {source} to {to}")
+    with transaction.atomic():
+        updated = Plan.objects.filter(id=plan.id, status=source).update(status=to, **fields)
+        if updated != 1:
+            # Another process got there first.
+            raise InvalidTransition(f"the plan is no longer {source}")
+        plan.status = to
+        for key, value in fields.items():
+            setattr(plan, key, value)
+        audit_record(
+            kind=event,
+            actor=actor,
+            plan=plan,
+            data={"from": source, "to": to, **(data or {})},
+        )
+    return plan
+
+
+# --- proposing -----------------------------------------------------------------------
+
+
+def _schema_errors(action: Action, values: dict[str, Any]) -> list[dict[str, str]]:
+    errors: list[dict[str, str]] = []
+    validator = action.spec.input_validator()
+    for error in sorted(validator.iter_errors(values), key=lambda e: list(e.absolute_path)):
+        errors.extend(_error_entries(error))
+    return errors
+
+
+def _error_entries(error: SchemaValidationError) -> list[dict[str, str]]:
+    base = "/input" + "".join(f"/{escape_pointer_token(p)}" for p in error.absolute_path)
+    instance = error.instance
+    if error.validator == "required" and isinstance(instance, dict):
+        return [
+            {"pointer": f"{base}/{escape_pointer_token(name)}", "message": "this field is required"}
+            for name in error.validator_value
+            if name not in instance
+        ]
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        known = set((error.schema or {}).get("properties", {}))
+        return [
+            {"pointer": f"{base}/{escape_pointer_token(name)}", "message": "unknown field"}
+            for name in sorted(set(instance) - known)
+        ]
+    return [{"pointer": base, "message": error.message}]
+
+
+def _resolve_action(agent: Agent, action_name: str) -> Action:
+    action = (
+        Action.objects.select_related("connector").filter(name=action_name, enabled=True).first()
+    )
+    if action is None:
+        raise UnknownAction(
+            f"no enabled action named {action_name!r}",
+            errors=[{"pointer": "/action", "message": "unknown action"}],
+        )
+    if not agent.actions.filter(pk=action.pk).exists():
+        raise NotAllowed(f"this agent may not propose {action_name!r}")
+    return action
+
+
+def plan_validate_input(*, agent: Agent, action_name: str, input: Any) -> tuple[Action, dict]:
+    action = _resolve_action(agent, action_name)
+    if not isinstance(input, dict):
+        raise InvalidInput(errors=[{"pointer": "/input", "message": "must be an object"}])
+    try:
+        values = normalize(input)
+    except CanonicalJSONError as exc:
+        raise InvalidInput(
+            errors=[{"pointer": "/input" + exc.pointer, "message": exc.message}]
+        ) from None
+    errors = _schema_errors(action, values)
+    if errors:
+        raise InvalidInput(errors=errors)
+    return action, values
+
+
+def _reserve_idempotency_key(agent: Agent, key: str, request_hash: str) -> IdempotencyRecord | Plan:
+    """Reserve the key, or return the plan an earlier identical request created."""
+    for _ in range(2):
+        try:
+            with transaction.atomic():
+                return IdempotencyRecord.objects.create(
+                    agent=agent, key=key, request_hash=request_hash
+                )
+        except IntegrityError:
+            pass
+        existing = IdempotencyRecord.objects.filter(agent=agent, key=key).first()
+        if existing is None:
+            continue  # deleted between our insert and our read: try again
+        if existing.request_hash != request_hash:
+            raise IdempotencyKeyReused(
+                "this Idempotency-Key was already used with a different body"
+            )
+        if existing.plan_id is not None:
+            return existing.plan
+        age = timezone.now() - existing.created_at
+        if age < timedelta(seconds=IDEMPOTENCY_RESERVATION_SECONDS):
+            raise IdempotencyInFlight("retry once the first request has finished")
+        # The first request died mid-preview; take its reservation over.
+        IdempotencyRecord.objects.filter(pk=existing.pk, plan__isnull=True).delete()
+    raise IdempotencyInFlight("retry once the first request has finished")
+
+
+def plan_submit(
+    *,
+    agent: Agent,
+    action_name: str,
+    input: Any,
+    reason: str = "",
+    idempotency_key: str | None = None,
+) -> tuple[Plan, bool]:
+    """Validate, preview (read-only) and store a plan. Returns (plan, replayed).
+
+    Nothing reviewable is stored unless the preview succeeded.
+    """
+    from executors.http import read_client
+
+    action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
+    reason = normalize(reason or "")
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(
+            errors=[{"pointer": "/reason", "message": f"at most {MAX_REASON_CHARS} characters"}]
+        )
+    reservation = None
+    if idempotency_key:
+        request_hash = digest({"action": action_name, "input": values, "reason": reason})
+        reserved = _reserve_idempotency_key(agent, idempotency_key, request_hash)
+        if isinstance(reserved, Plan):
+            return reserved, True
+        reservation = reserved
+    try:
+        spec = action.spec
+        try:
+            with read_client(action.connector) as client:
+                preview = compute_preview(action, values, client)
+        except TemplateError as exc:
+            raise InvalidInput(errors=[{"pointer": "/input", "message": str(exc)}]) from None
+        policy = {
+            "consequence_class": action.consequence_class,
+            "approvers_required": spec.approval.approvers,
+            "approval_ttl_seconds": spec.approval.approval_ttl,
+            "mode": "per_call",
+        }
+        document = fingerprint_document(
+            action_name=action.name,
+            action_version=action.version,
+            action_digest=action.digest,
+            agent_id=str(agent.id),
+            target=preview.target,
+            input=values,
+            after=preview.after,
+            precondition=preview.precondition,
+            policy=policy,
+            write_request=preview.write_request,
+        )
+        try:
+            canonical_text, hexdigest = fingerprint(document)
+        except CanonicalJSONError as exc:
+            from actions.preview import PreviewError
+
+            raise PreviewError(
+                f"the upstream's representation cannot be fingerprinted: {exc.message}"
+            ) from None
+        now = timezone.now()
+        with transaction.atomic():
+            plan = Plan.objects.create(
+                action=action,
+                action_version=action.version,
+                action_digest=action.digest,
+                agent=agent,
+                kind=action.kind,
+                consequence_class=action.consequence_class,
+                input=values,
+                target=preview.target,
+                before=preview.before,
+                after=preview.after,
+                changes=preview.changes,
+                precondition=preview.precondition,
+                policy=policy,
+                write_request=preview.write_request,
+                summary_markdown=preview.summary_markdown,
+                reason=reason,
+                fingerprint=hexdigest,
+                canonical=canonical_text,
+                approvals_required=spec.approval.approvers,
+                expires_at=now + timedelta(seconds=action.spec.approval.plan_ttl),
+            )
+            audit_record(
+                kind="plan.proposed",
+                actor=agent_actor(agent),
+                plan=plan,
+                data={
+                    "action": action.name,
+                    "action_version": action.version,
+                    "target": preview.target["path"],
+                    "idempotency_key": bool(idempotency_key),
+                },
+            )
+            if reservation is not None:
+                IdempotencyRecord.objects.filter(pk=reservation.pk).update(plan=plan)
+    except BaseException:
+        if reservation is not None:
+            # Nothing was stored: free the key so the agent can retry with it.
+            IdempotencyRecord.objects.filter(pk=reservation.pk, plan__isnull=True).delete()
+        raise
+    return plan, False
+
+
+def plan_cancel(*, agent: Agent, plan_id) -> Plan:
+    plan = Plan.objects.filter(id=plan_id, agent=agent).select_related("action").first()
+    if plan is None:
+        raise NotFound("no such plan for this agent")
+    if plan.status != PlanStatus.AWAITING_APPROVAL:
+        raise InvalidTransition(
+            f"only a plan awaiting approval can be cancelled; this one is {plan.status}"
+        )
+    return plan_transition(
+        plan,
+        to=PlanStatus.CANCELLED,
+        actor=agent_actor(agent),
+        event="plan.cancelled",
+        finished_at=timezone.now(),
+        outcome_detail="cancelled by the agent before a decision",
+    )
+
+
+# --- deciding -----------------------------------------------------------------------
+
+
+def can_review(user) -> bool:
+    return bool(user and user.is_active and user.has_perm("approvals.review_plan"))
+
+
+def approval_record(
+    *, plan_id, reviewer, decision: str, fingerprint_seen: str, comment: str = ""
+) -> Plan:
+    """Record a reviewer's decision on the exact fingerprint they saw.
+
+    The fingerprint is recomputed from the plan's columns and compared with both the
+    stored one and the one posted; any difference means the reviewer did not see this
+    plan, and nothing is approved (the refusal itself is audited).
+    """
+    if not can_review(reviewer):
+        raise NotAllowed("you are not a reviewer")
+    if decision not in Approval.Decision.values:
+        raise InvalidInput(errors=[{"pointer": "/decision", "message": "approve or deny"}])
+    comment = (comment or "")[:2000]
+    failure: Exception | None = None
+    now = timezone.now()
+    with transaction.atomic():
+        plan = (
+            Plan.objects.select_for_update()
+            .select_related("action", "agent")
+            .filter(id=plan_id)
+            .first()
+        )
+        if plan is None:
+            raise NotFound("no such plan")
+        if plan.status != PlanStatus.AWAITING_APPROVAL:
+            raise InvalidTransition(f"this plan is {plan.status} and can no longer be decided")
+        if plan.expires_at <= now:
+            plan_transition(
+                plan,
+                to=PlanStatus.EXPIRED,
+                actor="system",
+                event="plan.expired",
+                finished_at=now,
+                outcome_detail="no decision before the plan expired",
+            )
+            failure = InvalidTransition("this plan expired before a decision")
+        elif not plan_fingerprint_matches(plan) or fingerprint_seen != plan.fingerprint:
+            audit_record(
+                kind="approval.fingerprint_mismatch",
+                actor=user_actor(reviewer),
+                plan=plan,
+                data={"decision": decision, "fingerprint_seen": str(fingerprint_seen)[:64]},
+            )
+            failure = FingerprintMismatch(
+                "the fingerprint you saw does not match this plan; reload and review again"
+            )
+        elif decision == Approval.Decision.APPROVE and (
+            plan.action_version != plan.action.version
+            or plan.action_digest != plan.action.digest
+            or not plan.action.enabled
+        ):
+            audit_record(
+                kind="approval.action_changed",
+                actor=user_actor(reviewer),
+                plan=plan,
+                data={"plan_version": plan.action_version, "action_version": plan.action.version},
+            )
+            failure = ActionChanged(
+                "the action changed since this preview; the agent must propose again"
+            )
+        elif plan.approvals.filter(reviewer=reviewer).exists():
+            raise AlreadyDecided("you have already decided on this plan")
+        else:
+            ttl = plan.policy.get("approval_ttl_seconds", 900)
+            Approval.objects.create(
+                plan=plan,
+                reviewer=reviewer,
+                decision=decision,
+                fingerprint=plan.fingerprint,
+                comment=comment,
+                expires_at=now + timedelta(seconds=ttl),
+            )
+            actor = user_actor(reviewer)
+            if decision == Approval.Decision.DENY:
+                plan_transition(
+                    plan,
+                    to=PlanStatus.DENIED,
+                    actor=actor,
+                    event="plan.denied",
+                    data={"comment": comment},
+                    decided_at=now,
+                    finished_at=now,
+                    outcome_detail="denied by a reviewer",
+                )
+            else:
+                approvals = plan.approvals.filter(
+                    decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint
+                ).count()
+                audit_record(
+                    kind="approval.recorded",
+                    actor=actor,
+                    plan=plan,
+                    data={
+                        "approvals": approvals,
+                        "required": plan.approvals_required,
+                        "comment": comment,
+                    },
+                )
+                if approvals >= plan.approvals_required:
+                    plan_transition(
+                        plan,
+                        to=PlanStatus.APPROVED,
+                        actor=actor,
+                        event="plan.approved",
+                        decided_at=now,
+                        enqueued_at=now,
+                    )
+                    from executors.tasks import enqueue_execution
+
+                    enqueue_execution(plan.id)
+    if failure is not None:
+        raise failure
+    return plan
+
+
+def plans_expire(*, now=None) -> int:
+    """Expire plans that waited past their time. Returns how many."""
+    now = now or timezone.now()
+    count = 0
+    for plan in Plan.objects.filter(
+        status=PlanStatus.AWAITING_APPROVAL, expires_at__lte=now
+    ).select_related("action")[:500]:
+        try:
+            plan_transition(
+                plan,
+                to=PlanStatus.EXPIRED,
+                actor="system:sweeper",
+                event="plan.expired",
+                finished_at=now,
+                outcome_detail="no decision before the plan expired",
+            )
+            count += 1
+        except InvalidTransition:
+            pass  # decided meanwhile
+    return count

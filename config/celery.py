@@ -1,0 +1,13 @@
+"""The Celery application. Tasks are thin: ids in, a service call out."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("countersign")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,322 @@
+"""Countersign settings, read from the environment through small helpers.
+
+Two run modes share this file:
+
+* **embedded** (the default): SQLite under ``var/`` and a Celery broker that needs no
+  server (kombu's filesystem transport). Keys are generated on first use and kept
+  under ``var/`` so a newcomer needs nothing but Python.
+* **production** (``COUNTERSIGN_ENV=production``): ``DATABASE_URL`` points at
+  PostgreSQL, ``CELERY_BROKER_URL`` at Redis, and every secret must come from the
+  environment; nothing is generated.
+
+Only the worker is ever given ``COUNTERSIGN_WORKER_KEY_FILE`` (the private key that
+opens write credentials). Web processes get the public key only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("COUNTERSIGN_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from exc
+
+
+def env_list(name: str, default: list[str] | None = None) -> list[str]:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return list(default or [])
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+COUNTERSIGN_ENV = env_str("COUNTERSIGN_ENV", "embedded")
+if COUNTERSIGN_ENV not in {"embedded", "production", "test"}:
+    raise ImproperlyConfigured("COUNTERSIGN_ENV must be one of: embedded, production, test")
+PRODUCTION = COUNTERSIGN_ENV == "production"
+
+
+def _generated_secret(filename: str, make) -> str:
+    """Read a locally generated secret from var/, creating it on first use.
+
+    Only for embedded and test runs: production must be given its secrets.
+    """
+    path = VAR_DIR / filename
+    if path.exists():
+        return path.read_text().strip()
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    value = make()
+    # O_EXCL: two processes starting at once must not write two different keys.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value)
+    return value
+
+
+def _required_or_generated(name: str, filename: str, make) -> str:
+    value = env_str(name)
+    if value:
+        return value
+    if PRODUCTION:
+        raise ImproperlyConfigured(f"{name} must be set when COUNTERSIGN_ENV=production")
+    return _generated_secret(filename, make)
+
+
+def _fernet_key() -> str:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
+SECRET_KEY = _required_or_generated(
+    "COUNTERSIGN_SECRET_KEY", "secret_key", lambda: secrets.token_urlsafe(50)
+)
+DEBUG = env_bool("COUNTERSIGN_DEBUG", default=False)
+ALLOWED_HOSTS = env_list("COUNTERSIGN_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("COUNTERSIGN_CSRF_TRUSTED_ORIGINS")
+# The absolute address reviewers use; plans carry review URLs built on it.
+PUBLIC_URL = env_str("COUNTERSIGN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "ninja",
+    "actions",
+    "approvals",
+    "executors",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def database_from_url(url: str) -> dict:
+    """Translate ``postgres://user:pass@host:port/name`` or ``sqlite:///path``."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        name = unquote(parts.path[1:] if parts.path.startswith("//") else parts.path[1:])
+        if not name:
+            raise ImproperlyConfigured("DATABASE_URL sqlite:/// needs a file path")
+        path = Path(name)
+        if not path.is_absolute():
+            path = BASE_DIR / path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(path),
+            # Several processes (web, worker) share the file: wait for locks instead of
+            # failing at once, and start write transactions eagerly to avoid upgrade
+            # deadlocks.
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL;",
+            },
+        }
+    if parts.scheme in {"postgres", "postgresql", "pgsql"}:
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        options: dict = {}
+        if "sslmode" in query:
+            options["sslmode"] = query["sslmode"]
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")) or "countersign",
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "CONN_MAX_AGE": env_int("COUNTERSIGN_DB_CONN_MAX_AGE", 60),
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": options,
+        }
+    raise ImproperlyConfigured(f"unsupported DATABASE_URL scheme {parts.scheme!r}")
+
+
+DATABASES = {
+    "default": database_from_url(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'countersign.sqlite3'}")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "approvals:queue"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = env_str("COUNTERSIGN_LANGUAGE", "en-us")
+TIME_ZONE = env_str("COUNTERSIGN_TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+# Agent request bodies are small JSON documents; anything larger is refused with 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("COUNTERSIGN_MAX_BODY_BYTES", 64 * 1024)
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_AGE = env_int("COUNTERSIGN_SESSION_SECONDS", 8 * 3600)
+SESSION_COOKIE_SECURE = PRODUCTION
+CSRF_COOKIE_SECURE = PRODUCTION
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env_bool("COUNTERSIGN_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("COUNTERSIGN_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- Credentials -------------------------------------------------------------------
+# Read-role secrets: symmetric keys shared by web and worker (MultiFernet: the first
+# key encrypts, all keys decrypt, so keys can rotate).
+COUNTERSIGN_FERNET_KEYS = env_list("COUNTERSIGN_FERNET_KEYS") or [
+    _required_or_generated("COUNTERSIGN_FERNET_KEY", "fernet.key", _fernet_key)
+]
+# Write-role secrets are sealed to the worker's public key (base64). Web processes can
+# seal with it; only the process given COUNTERSIGN_WORKER_KEY_FILE can open them.
+COUNTERSIGN_WORKER_PUBLIC_KEY = env_str("COUNTERSIGN_WORKER_PUBLIC_KEY") or (
+    (VAR_DIR / "worker.pub").read_text().strip() if (VAR_DIR / "worker.pub").exists() else ""
+)
+COUNTERSIGN_WORKER_KEY_FILE = env_str("COUNTERSIGN_WORKER_KEY_FILE")
+
+# --- Behaviour ----------------------------------------------------------------------
+# How long an agent's plan waits for a decision, and how long an approval stays usable.
+COUNTERSIGN_PLAN_TTL_SECONDS = env_int("COUNTERSIGN_PLAN_TTL_SECONDS", 3600)
+COUNTERSIGN_APPROVAL_TTL_SECONDS = env_int("COUNTERSIGN_APPROVAL_TTL_SECONDS", 900)
+COUNTERSIGN_MAX_WAIT_SECONDS = 30
+# Idempotency-Key records for POST /plans are kept at least this long.
+COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS = env_int("COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS", 86400)
+# Upstream HTTP defaults (a connector may set its own, never above these caps).
+COUNTERSIGN_HTTP_CONNECT_TIMEOUT = env_float("COUNTERSIGN_HTTP_CONNECT_TIMEOUT", 3.0)
+COUNTERSIGN_HTTP_READ_TIMEOUT = env_float("COUNTERSIGN_HTTP_READ_TIMEOUT", 10.0)
+COUNTERSIGN_HTTP_MAX_RESPONSE_BYTES = env_int("COUNTERSIGN_HTTP_MAX_RESPONSE_BYTES", 1024 * 1024)
+# The sweeper re-enqueues approved work whose broker message was lost after this long.
+COUNTERSIGN_SWEEP_SECONDS = env_float("COUNTERSIGN_SWEEP_SECONDS", 15.0)
+COUNTERSIGN_REQUEUE_AFTER_SECONDS = env_float("COUNTERSIGN_REQUEUE_AFTER_SECONDS", 30.0)
+# An execution that has not finished this long after it was claimed is settled by the
+# sweeper (its worker is presumed dead).
+COUNTERSIGN_EXECUTION_LEASE_SECONDS = env_float("COUNTERSIGN_EXECUTION_LEASE_SECONDS", 120.0)
+
+# --- Celery ---------------------------------------------------------------------------
+# The database is the source of truth; a broker message is only a wake-up.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    for _sub in ("queue", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "data_folder_processed": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    # With acks_late a message unacknowledged for visibility_timeout is redelivered;
+    # executions are short and duplicates are harmless (row claim), so one hour is fine.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_DEFAULT_QUEUE = env_str("COUNTERSIGN_QUEUE", "countersign")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {"task": "executors.sweep", "schedule": COUNTERSIGN_SWEEP_SECONDS},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+REDIS_URL = env_str("REDIS_URL", "")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("COUNTERSIGN_LOG_LEVEL", "INFO")},
+    "loggers": {
+        # httpx logs full URLs at INFO; upstream URLs are internal, keep them out.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
+}
+
+NINJA_PAGINATION_PER_PAGE = 50

@@ -1,0 +1,176 @@
+"""The only ways Countersign talks to upstreams: one read-only client, one write client.
+
+Both build URLs from the connector's base URL and a path (never a URL from input),
+refuse redirects, bound every timeout and response size, and present exactly one
+credential. The read client refuses any method but GET and HEAD before anything
+leaves the process: the preview path cannot write even by mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+
+from actions.models import Connector
+
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+
+class ReadOnlyViolation(RuntimeError):
+    """Something tried to send a write through the read-only client. Always a bug."""
+
+
+class UpstreamError(Exception):
+    """The request failed; ``sent`` says whether it may have reached the upstream."""
+
+    def __init__(self, message: str, *, sent: bool, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
+        self.timeout = timeout
+
+
+@dataclass
+class UpstreamResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    elapsed_ms: int
+    truncated: bool = False
+    _json: Any = field(default=None, repr=False)
+
+    def json(self) -> Any:
+        from actions.canonical import loads_strict
+
+        if self._json is None:
+            self._json = loads_strict(self.body) if self.body else None
+        return self._json
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+def connector_url(connector: Connector, path: str) -> str:
+    """Join base URL and path, refusing anything that could leave the connector's host."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        raise ValueError("upstream paths must be absolute paths on the connector")
+    if any(ch in path for ch in "?#@") or any(ord(ch) < 0x21 for ch in path):
+        raise ValueError("upstream paths carry no query, fragment, userinfo or whitespace")
+    url = connector.base_url.rstrip("/") + path
+    base = urlsplit(connector.base_url)
+    final = urlsplit(url)
+    if (final.scheme, final.netloc) != (base.scheme, base.netloc):
+        raise ValueError("upstream path escapes the connector's host")
+    return url
+
+
+class _Client:
+    allowed_methods: frozenset[str] | None = None
+
+    def __init__(self, connector: Connector, credential_headers: dict[str, str] | None) -> None:
+        self.connector = connector
+        self._credential_headers = dict(credential_headers or {})
+        timeout = httpx.Timeout(
+            connect=min(connector.connect_timeout, settings.COUNTERSIGN_HTTP_CONNECT_TIMEOUT),
+            read=min(connector.read_timeout, settings.COUNTERSIGN_HTTP_READ_TIMEOUT),
+            write=min(connector.read_timeout, settings.COUNTERSIGN_HTTP_READ_TIMEOUT),
+            pool=min(connector.connect_timeout, settings.COUNTERSIGN_HTTP_CONNECT_TIMEOUT),
+        )
+        # trust_env=False: no proxy or netrc from the environment may redirect traffic
+        # or add credentials behind our back.
+        self._http = httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> UpstreamResponse:
+        method = method.upper()
+        if self.allowed_methods is not None and method not in self.allowed_methods:
+            raise ReadOnlyViolation(f"the read-only client refuses {method}")
+        url = connector_url(self.connector, path)
+        all_headers = {"Accept": "application/json", "User-Agent": "countersign"}
+        all_headers.update(headers or {})
+        content = None
+        if body is not None:
+            content = json.dumps(body, ensure_ascii=False).encode()
+            all_headers["Content-Type"] = content_type
+        all_headers.update(self._credential_headers)
+        started = time.monotonic()
+        limit = settings.COUNTERSIGN_HTTP_MAX_RESPONSE_BYTES
+        try:
+            with self._http.stream(method, url, headers=all_headers, content=content) as resp:
+                chunks: list[bytes] = []
+                size = 0
+                truncated = False
+                for chunk in resp.iter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        truncated = True
+                        break
+                    chunks.append(chunk)
+                return UpstreamResponse(
+                    status=resp.status_code,
+                    headers={k.lower(): v for k, v in resp.headers.items()},
+                    body=b"".join(chunks),
+                    elapsed_ms=int((time.monotonic() - started) * 1000),
+                    truncated=truncated,
+                )
+        except httpx.ConnectTimeout:
+            raise UpstreamError(
+                "connecting to the upstream timed out", sent=False, timeout=True
+            ) from None
+        except httpx.ConnectError:
+            raise UpstreamError("the upstream refused the connection", sent=False) from None
+        except httpx.PoolTimeout:
+            raise UpstreamError("no connection available", sent=False, timeout=True) from None
+        except httpx.TimeoutException:
+            raise UpstreamError(
+                "the upstream did not answer in time", sent=True, timeout=True
+            ) from None
+        except httpx.HTTPError as exc:
+            # RemoteProtocolError and friends: the request was (at least partly) sent.
+            raise UpstreamError(f"the connection broke: {type(exc).__name__}", sent=True) from None
+
+
+class ReadOnlyClient(_Client):
+    """GET and HEAD only, with the connector's read credential."""
+
+    allowed_methods = READ_METHODS
+
+    def get(self, path: str) -> UpstreamResponse:
+        return self.request("GET", path)
+
+
+class WriteClient(_Client):
+    """Any method, with the connector's write credential. Workers only."""
+
+    allowed_methods = None
+
+
+def read_client(connector: Connector) -> ReadOnlyClient:
+    """The read-only client for a connector, carrying only its read credential."""
+    from actions.models import Credential
+    from actions.vault import auth_headers, open_read_secret
+
+    credential = connector.credential(Credential.Role.READ)
+    headers = auth_headers(credential, open_read_secret(credential)) if credential else {}
+    return ReadOnlyClient(connector, headers)

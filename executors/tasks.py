@@ -1,0 +1,42 @@
+"""Celery tasks: thin wrappers that take ids and call services.
+
+A message is only a wake-up. Losing one delays work until the sweeper republishes it;
+delivering one twice is harmless because execution claims the plan under a row lock.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="executors.execute_plan", bind=True, acks_late=True, ignore_result=True)
+def execute_plan_task(self, plan_id: str) -> str:
+    from .services import execution_run
+
+    return execution_run(plan_id=plan_id)
+
+
+@shared_task(name="executors.sweep", ignore_result=True)
+def sweep_task() -> dict:
+    from .services import sweep
+
+    return sweep()
+
+
+def publish(plan_id: str, countdown: float | None = None) -> None:
+    """Send the wake-up. A broker failure is logged, not raised: the row is the truth."""
+    try:
+        execute_plan_task.apply_async((plan_id,), countdown=countdown)
+    except Exception:  # noqa: BLE001 - any broker error; the sweeper republishes
+        log.warning("could not publish execution of plan %s; the sweeper will retry", plan_id)
+
+
+def enqueue_execution(plan_id, *, countdown: float | None = None) -> None:
+    """Publish after the surrounding transaction commits, never before."""
+    plan_id = str(plan_id)
+    transaction.on_commit(lambda: publish(plan_id, countdown))
