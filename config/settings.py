@@ -291,7 +291,9 @@ else:
     # With acks_late a message unacknowledged for visibility_timeout is redelivered;
     # executions are short and duplicates are harmless (row claim), so one hour is fine.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-CELERY_TASK_DEFAULT_QUEUE = env_str("COUNTERSIGN_QUEUE", "countersign")
+CELERY_TASK_DEFAULT_QUEUE = env_str(
+    "COUNTERSIGN_QUEUE", "countersign-test" if COUNTERSIGN_ENV == "test" else "countersign"
+)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -23,6 +23,8 @@ WRITE = {"Authorization": "Bearer demo-write-token"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# These fixtures deliberately shadow tests/conftest.py's `upstream`: this module wants its own
+# server with the well-known default tokens, and needs nothing from Django.
 @pytest.fixture(scope="module")
 def server() -> Iterator[DemoUpstream]:
     upstream = DemoUpstream(port=0).start()

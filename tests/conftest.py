@@ -1,0 +1,200 @@
+"""Shared fixtures: the demo upstream (a real HTTP server), the demo catalog, the stock
+actors (an agent, a reviewer, a second reviewer, an outsider) and, for end-to-end
+tests, a real web server and a real Celery worker."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+
+from actions.demo.upstream import DemoUpstream
+from executors.vault import generate_keypair
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_CATALOG = ROOT / "actions" / "demo" / "catalog.yaml"
+READ_TOKEN = "test-read-" + uuid.uuid4().hex
+WRITE_TOKEN = "test-write-" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="session")
+def worker_keys(tmp_path_factory) -> dict[str, str]:
+    """A worker key pair for this run. The test process itself gets only the public key;
+    tests that play the worker in-process opt in with the ``executor_key`` fixture."""
+    private, public = generate_keypair()
+    path = tmp_path_factory.mktemp("keys") / "worker.key"
+    path.write_text(private)
+    path.chmod(0o600)
+    django_settings.COUNTERSIGN_WORKER_PUBLIC_KEY = public
+    django_settings.COUNTERSIGN_WORKER_KEY_FILE = ""
+    return {"private_file": str(path), "public": public}
+
+
+@pytest.fixture(autouse=True)
+def _keys(worker_keys):
+    yield
+
+
+@pytest.fixture
+def executor_key(settings, worker_keys):
+    """Play the worker in this process: give it the private key."""
+    settings.COUNTERSIGN_WORKER_KEY_FILE = worker_keys["private_file"]
+    return worker_keys["private_file"]
+
+
+@pytest.fixture(scope="session")
+def upstream_server():
+    server = DemoUpstream(read_token=READ_TOKEN, write_token=WRITE_TOKEN).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def upstream(upstream_server):
+    """The demo upstream, reset to its seed data for each test."""
+    upstream_server.reset()
+    yield upstream_server
+    upstream_server.clear_faults()
+
+
+@pytest.fixture
+def catalog(db, upstream):
+    """The demo catalog pointed at the test upstream, with read and write credentials."""
+    from actions.catalog import load_catalog
+    from actions.models import Action, Connector, Credential
+    from actions.services import credential_set
+
+    load_catalog(DEMO_CATALOG.read_text(), base_urls={"demo": upstream.url})
+    connector = Connector.objects.get(name="demo")
+    credential_set(connector=connector, role=Credential.Role.READ, secret={"token": READ_TOKEN})
+    credential_set(connector=connector, role=Credential.Role.WRITE, secret={"token": WRITE_TOKEN})
+    return {a.name: a for a in Action.objects.all()}
+
+
+@pytest.fixture
+def agent_and_token(catalog):
+    from actions.services import agent_create
+
+    return agent_create(name="test-agent", action_names=list(catalog))
+
+
+@pytest.fixture
+def agent(agent_and_token):
+    return agent_and_token[0]
+
+
+@pytest.fixture
+def agent_token(agent_and_token):
+    return agent_and_token[1]
+
+
+@pytest.fixture
+def other_agent(catalog):
+    """A second agent, allowed only one action."""
+    from actions.services import agent_create
+
+    return agent_create(name="other-agent", action_names=["update_invoice_memo"])
+
+
+def _user(username: str, *, reviewer: bool):
+    user = get_user_model().objects.create_user(username=username, password="pw-" + username)
+    if reviewer:
+        user.user_permissions.add(Permission.objects.get(codename="review_plan"))
+    return get_user_model().objects.get(pk=user.pk)  # fresh permission cache
+
+
+@pytest.fixture
+def reviewer(db):
+    return _user("rita", reviewer=True)
+
+
+@pytest.fixture
+def second_reviewer(db):
+    return _user("sam", reviewer=True)
+
+
+@pytest.fixture
+def outsider(db):
+    """Logged in, but not a reviewer."""
+    return _user("oscar", reviewer=False)
+
+
+@pytest.fixture
+def api_headers(agent_token):
+    return {"HTTP_AUTHORIZATION": f"Bearer {agent_token}"}
+
+
+@pytest.fixture
+def make_plan(agent):
+    """Submit a plan through the service; defaults to updating a contact's email."""
+    from approvals.services import plan_submit
+
+    def make(action: str = "update_contact_email", input=None, *, by=None, reason: str = "", **kw):
+        if input is None:
+            input = {"contact_id": "c-1001", "email": "ada@new.example"}
+        plan, _ = plan_submit(
+            agent=by or agent, action_name=action, input=input, reason=reason, **kw
+        )
+        return plan
+
+    return make
+
+
+# --- end-to-end: real processes ----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def live_env(django_db_setup, django_db_blocker, worker_keys):
+    """Environment for subprocesses: the test database, Redis, a queue of our own."""
+    from django.db import connection
+
+    from tests.processes import base_env, database_url
+
+    queue = django_settings.CELERY_TASK_DEFAULT_QUEUE
+    return base_env(
+        database_url(connection.settings_dict),
+        django_settings.CELERY_BROKER_URL,
+        queue,
+        worker_keys["public"],
+    )
+
+
+@pytest.fixture(scope="session")
+def live_logs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("live-logs")
+
+
+@pytest.fixture(scope="session")
+def live_web(live_env, live_logs):
+    """A real uvicorn serving the app. It has no private key: it cannot open write secrets."""
+    from tests.processes import start_web
+
+    proc, url = start_web(live_env, live_logs)
+    yield url
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def live_worker(live_env, live_logs, worker_keys):
+    """A real Celery worker process, the only holder of the private key."""
+    from config.celery import app
+    from tests.processes import start_worker
+
+    # Messages left by an earlier, interrupted run name plans that no longer exist;
+    # they would be harmless, but a clean queue keeps the logs readable.
+    app.control.purge()
+
+    env = {**live_env, "COUNTERSIGN_WORKER_KEY_FILE": worker_keys["private_file"]}
+    proc = start_worker(env, live_logs)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def live(transactional_db, live_web, live_worker, catalog):
+    """Everything running for real. Data is committed so the other processes see it."""
+    return {"url": live_web, "worker": live_worker}

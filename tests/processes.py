@@ -1,0 +1,169 @@
+"""Real processes for end-to-end tests: the ASGI web server and Celery workers.
+
+They run against the test database pytest-django created and the Redis broker, with
+the same settings module as production code. Only the worker is given the private key.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_url(settings_dict: dict) -> str:
+    user = settings_dict.get("USER") or "postgres"
+    password = settings_dict.get("PASSWORD") or ""
+    auth = f"{user}:{password}@" if password else f"{user}@"
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or "5432"
+    return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
+
+
+class Process:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group we started (the worker forks children)."""
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, timeout: float = 10) -> None:
+        if self.alive():
+            self.kill(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill(signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+
+
+def base_env(db_url: str, broker_url: str, queue: str, public_key: str, extra=None) -> dict:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COUNTERSIGN_", "DATABASE_URL", "CELERY_"))
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "COUNTERSIGN_ENV": "test",
+            "DATABASE_URL": db_url,
+            "CELERY_BROKER_URL": broker_url,
+            "COUNTERSIGN_QUEUE": queue,
+            "COUNTERSIGN_WORKER_PUBLIC_KEY": public_key,
+            "COUNTERSIGN_DB_CONN_MAX_AGE": "0",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    # Keys that web and worker must share with the test process.
+    from django.conf import settings
+
+    env["COUNTERSIGN_SECRET_KEY"] = settings.SECRET_KEY
+    env["COUNTERSIGN_FERNET_KEYS"] = ",".join(settings.COUNTERSIGN_FERNET_KEYS)
+    env.update(extra or {})
+    return env
+
+
+def start_web(env: dict, log_dir: Path) -> tuple[Process, str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**env, "COUNTERSIGN_PUBLIC_URL": url}
+    proc = Process(
+        "web",
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "config.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--lifespan",
+            "off",
+        ],
+        env,
+        log_dir,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"web server exited:\n{proc.log()}")
+        try:
+            httpx.get(url + "/accounts/login/", timeout=1)
+            return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.stop()
+    raise RuntimeError(f"web server did not start:\n{proc.log()}")
+
+
+def start_worker(env: dict, log_dir: Path, name: str = "worker", concurrency: int = 1) -> Process:
+    proc = Process(
+        name,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--loglevel=INFO",
+            f"--concurrency={concurrency}",
+            "--pool=prefork",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-n",
+            f"{name}@%h",
+        ],
+        env,
+        log_dir,
+    )
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"worker exited:\n{proc.log()}")
+        if " ready." in proc.log():
+            return proc
+        time.sleep(0.1)
+    proc.stop()
+    raise RuntimeError(f"worker did not become ready:\n{proc.log()}")
