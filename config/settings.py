@@ -206,6 +206,14 @@ DATABASES = {
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'countersign.sqlite3'}")
     )
 }
+if COUNTERSIGN_ENV == "test":
+    # One test database per test run, so two runs on one machine never drop each
+    # other's database; tests/conftest.py removes those left by runs that died.
+    DATABASES["default"]["TEST"] = {
+        "NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"
+        if DATABASES["default"]["ENGINE"].endswith("postgresql")
+        else None
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -213,6 +221,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+if COUNTERSIGN_ENV == "test":
+    # Tests create many users; a slow hash buys nothing there.
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "approvals:queue"
 LOGOUT_REDIRECT_URL = "login"
@@ -292,7 +303,8 @@ else:
     # executions are short and duplicates are harmless (row claim), so one hour is fine.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_DEFAULT_QUEUE = env_str(
-    "COUNTERSIGN_QUEUE", "countersign-test" if COUNTERSIGN_ENV == "test" else "countersign"
+    "COUNTERSIGN_QUEUE",
+    f"countersign-test-{os.getpid()}" if COUNTERSIGN_ENV == "test" else "countersign",
 )
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -306,12 +306,21 @@ def execution_run(*, plan_id) -> str:
         "headers": redact_headers({**headers, **credential_headers}, set(credential_headers)),
         "body": request.get("body"),
     }
+    # Fencing: commit "sending" only if this worker still holds the claim. If the sweeper
+    # presumed us dead and another worker re-claimed the plan, ``tries`` moved on and
+    # this update matches nothing: we must not send.
+    sent_at = timezone.now()
     with transaction.atomic():
-        attempt.state = Attempt.State.SENDING
-        attempt.sent_at = timezone.now()
-        attempt.request = recorded
-        attempt.revalidation = found
-        attempt.save(update_fields=["state", "sent_at", "request", "revalidation"])
+        still_ours = Plan.objects.filter(
+            id=plan.id, status=PlanStatus.EXECUTING, claimed_at=plan.claimed_at
+        ).exists() and Attempt.objects.filter(
+            id=attempt.id, state=Attempt.State.PREPARED, tries=attempt.tries
+        ).update(state=Attempt.State.SENDING, sent_at=sent_at, request=recorded, revalidation=found)
+    if not still_ours:
+        log.warning("plan %s: claim lost before sending; not sending", plan.id)
+        return "skipped:claim-lost"
+    attempt.state, attempt.sent_at = Attempt.State.SENDING, sent_at
+    attempt.request, attempt.revalidation = recorded, found
 
     try:
         with WriteClient(plan.action.connector, credential_headers) as client:

@@ -21,6 +21,53 @@ READ_TOKEN = "test-read-" + uuid.uuid4().hex
 WRITE_TOKEN = "test-write-" + uuid.uuid4().hex
 
 
+def pytest_sessionstart(session):
+    _drop_orphaned_test_databases()
+
+
+def _drop_orphaned_test_databases() -> None:
+    """Drop per-run test databases whose pytest process is gone (a run that was killed)."""
+    import os
+    import re
+
+    import psycopg
+    from django.db import connections
+
+    params = connections["default"].settings_dict
+    if not params["ENGINE"].endswith("postgresql"):
+        return
+    base = re.escape(f"test_{params['NAME']}_")
+    try:
+        conn = psycopg.connect(
+            dbname="postgres",
+            user=params["USER"] or None,
+            password=params["PASSWORD"] or None,
+            host=params["HOST"] or None,
+            port=params["PORT"] or None,
+            autocommit=True,
+        )
+    except psycopg.Error:
+        return  # make test reports an unreachable server more clearly
+    with conn:
+        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()]
+        for name in names:
+            match = re.fullmatch(base + r"(\d+)", name)
+            if match and not _pid_alive(int(match.group(1))) and int(match.group(1)) != os.getpid():
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _pid_alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @pytest.fixture(scope="session")
 def worker_keys(tmp_path_factory) -> dict[str, str]:
     """A worker key pair for this run. The test process itself gets only the public key;

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import secrets
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandError
@@ -73,5 +74,5 @@ class Command(BaseCommand):
             "Try: curl -s -H 'Authorization: Bearer <token>' -H 'Content-Type: application/json' "
             '-d \'{"action": "update_contact_email", "input": {"contact_id": "c-1001", '
             '"email": "ada@new.example"}, "reason": "customer asked"}\' '
-            "http://127.0.0.1:8000/api/v1/plans"
+            f"{settings.PUBLIC_URL}/api/v1/plans"
         )
