@@ -140,6 +140,13 @@ class Action(models.Model):
     def spec(self) -> ActionSpec:
         return ActionSpec.from_definition(self.name, self.definition)
 
+    def definition_intact(self) -> bool:
+        """Is ``definition`` still the one ``digest`` was computed from? Plans bind the
+        digest; a row edited in place (not through load_catalog) must not pass for it."""
+        from .canonical import digest
+
+        return digest(self.definition) == self.digest
+
 
 class Agent(models.Model):
     """An AI agent that may propose plans for a set of actions.

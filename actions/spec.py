@@ -47,6 +47,9 @@ class WriteSpec:
     precondition_field: str = ""  # JSON pointer into the body, for precondition == "field"
     content_type: str = "application/json"
     idempotency_header: str = ""
+    # A 2xx answer whose body has this value at this pointer is a domain refusal: some
+    # upstreams report "nothing changed" inside a 200. {"pointer": ..., "equals": ...}
+    rejected_when: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class ActionSpec:
             precondition_field=w.get("precondition_field", ""),
             content_type=w.get("content_type", default_ct),
             idempotency_header=w.get("idempotency_header", ""),
+            rejected_when=w.get("rejected_when"),
         )
         a = d.get("approval") or {}
         cls_name = d["consequence_class"]

@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
+from ninja.responses import Status
 from ninja.security import HttpBearer
 from pydantic import Field
 
@@ -104,7 +105,8 @@ class StrictJSONParser(Parser):
         try:
             return loads_strict(raw)
         except CanonicalJSONError as exc:
-            raise MalformedBody(exc.message) from None
+            errors = [{"pointer": exc.pointer, "message": exc.message}] if exc.pointer else None
+            raise MalformedBody(exc.message, errors=errors) from None
 
 
 class AgentBearer(HttpBearer):
@@ -287,7 +289,7 @@ def plan_out(plan: Plan) -> dict[str, Any]:
             "expected": plan.precondition.get("expected"),
             "enforced_by": plan.precondition.get("enforced_by", "none"),
         },
-        "approvals_required": plan.approvals_required,
+        "approvals_required": plan.required_approvals,
         "review_url": plan.review_url,
         "created_at": plan.created_at,
         "expires_at": plan.expires_at,
@@ -325,7 +327,7 @@ _PLAN_ERRORS = {
         ]
     },
 )
-def create_plan(request: HttpRequest, payload: PlanCreate):
+def create_plan(request: HttpRequest, response: HttpResponse, payload: PlanCreate):
     agent: Agent = request.auth
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (1 <= len(key) <= 255 and key.isprintable()):
@@ -343,13 +345,11 @@ def create_plan(request: HttpRequest, payload: PlanCreate):
         reason=payload.reason or "",
         idempotency_key=key,
     )
-    response = JsonResponse(
-        PlanOut.model_validate(plan_out(plan)).model_dump(mode="json"), status=201
-    )
+    # Rendered by ninja like GET /plans/{id}, so both endpoints show a plan identically.
     response["Location"] = f"/api/v1/plans/{plan.id}"
     if replayed:
         response["Idempotent-Replayed"] = "true"
-    return response
+    return Status(201, plan_out(plan))
 
 
 def _agent_plan(agent: Agent, plan_id: uuid.UUID) -> Plan:
@@ -382,7 +382,7 @@ async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQu
             if status != seen:
                 plan = await sync_to_async(_agent_plan)(agent, plan_id)
                 break
-    return 200, plan_out(plan)
+    return Status(200, plan_out(plan))
 
 
 @api.post(
@@ -393,4 +393,4 @@ async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQu
 )
 def cancel_plan(request: HttpRequest, plan_id: uuid.UUID):
     plan = plan_cancel(agent=request.auth, plan_id=plan_id)
-    return 200, plan_out(plan)
+    return Status(200, plan_out(plan))

@@ -142,6 +142,13 @@ class Plan(models.Model):
         return settings.PUBLIC_URL + self.get_absolute_url()
 
     @property
+    def required_approvals(self) -> int:
+        """Distinct approvals needed. Enforced from the fingerprinted policy: the
+        ``approvals_required`` column is a copy for display and is not fingerprinted, so
+        a lowered column must never lower the bar."""
+        return max(self.approvals_required, int(self.policy.get("approvers_required", 1)))
+
+    @property
     def short_code(self) -> str:
         """What a reviewer reads aloud or compares: the first 12 hex digits, grouped."""
         code = self.fingerprint[:12].upper()

@@ -352,6 +352,7 @@ def approval_record(
             plan.action_version != plan.action.version
             or plan.action_digest != plan.action.digest
             or not plan.action.enabled
+            or not plan.action.definition_intact()
         ):
             audit_record(
                 kind="approval.action_changed",
@@ -396,11 +397,11 @@ def approval_record(
                     plan=plan,
                     data={
                         "approvals": approvals,
-                        "required": plan.approvals_required,
+                        "required": plan.required_approvals,
                         "comment": comment,
                     },
                 )
-                if approvals >= plan.approvals_required:
+                if approvals >= plan.required_approvals:
                     plan_transition(
                         plan,
                         to=PlanStatus.APPROVED,

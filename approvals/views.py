@@ -103,7 +103,7 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "expected_text": _pretty(plan.precondition.get("expected")),
         "approvals": approvals,
         "approved_by": approved_by,
-        "approvals_missing": max(0, plan.approvals_required - len(approved_by)),
+        "approvals_missing": max(0, plan.required_approvals - len(approved_by)),
         "already_decided": any(a.reviewer_id == request.user.id for a in approvals),
         "decidable": plan.status == PlanStatus.AWAITING_APPROVAL,
         "live": plan.status not in TERMINAL,

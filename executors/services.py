@@ -29,7 +29,7 @@ from django.utils import timezone
 from actions.exceptions import InvalidTransition
 from actions.fingerprint import plan_fingerprint_matches
 from actions.models import Credential
-from actions.preview import PreviewError, read_target
+from actions.preview import PreviewError, read_target, resolve_pointer
 from actions.vault import VaultError, auth_headers, secret_values
 from approvals.models import Approval, Plan, PlanStatus
 from approvals.services import plan_transition, plans_expire
@@ -84,6 +84,7 @@ def _refusal_reason(plan: Plan, now) -> str | None:
         plan.action_version != action.version
         or plan.action_digest != action.digest
         or not action.enabled
+        or not action.definition_intact()
     ):
         return "the action's definition changed after the preview"
     if plan.target.get("base_url") != action.connector.base_url:
@@ -94,7 +95,7 @@ def _refusal_reason(plan: Plan, now) -> str | None:
         used_at__isnull=True,
         expires_at__gt=now,
     ).count()
-    if valid < plan.approvals_required:
+    if valid < plan.required_approvals:
         return "no valid approval: missing, expired or already used"
     if action.connector.credential(Credential.Role.WRITE) is None:
         return "no usable write credential (missing, revoked or expired)"
@@ -258,6 +259,16 @@ def classify(status: int) -> tuple[str, str]:
     )
 
 
+def _refused_in_body(rule: dict[str, Any] | None, response) -> bool:
+    """The action's ``rejected_when`` rule: a 2xx whose body says nothing happened."""
+    if not rule:
+        return False
+    try:
+        return resolve_pointer(response.json(), rule["pointer"]) == rule["equals"]
+    except (KeyError, ValueError):  # no such field, or not JSON: not a refusal
+        return False
+
+
 def execution_run(*, plan_id) -> str:
     """Execute one approved plan at most once. Returns the outcome (or why nothing ran)."""
     claim = _claim(plan_id)
@@ -344,6 +355,9 @@ def execution_run(*, plan_id) -> str:
         return PlanStatus.UNKNOWN
 
     state, detail = classify(response.status)
+    if 200 <= response.status < 300 and _refused_in_body(spec.write.rejected_when, response):
+        state = PlanStatus.REJECTED
+        detail = "the upstream refused the change in its answer; nothing was applied"
     body_text = redact_text(response.body.decode("utf-8", "replace"), secrets)
     _finish(
         claim,

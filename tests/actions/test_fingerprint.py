@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import unicodedata
-import uuid
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -41,9 +40,9 @@ _json = st.recursive(
 _objects = st.dictionaries(_text, _json, max_size=3)
 
 COMPONENTS = {
-    "action_name": st.from_regex(r"[a-z][a-z_]{0,20}", fullmatch=True),
+    "action_name": st.text(alphabet="abcdefgh_", min_size=1, max_size=12),
     "action_version": st.integers(min_value=1, max_value=10**6),
-    "action_digest": st.from_regex(r"[0-9a-f]{64}", fullmatch=True),
+    "action_digest": st.binary(min_size=32, max_size=32).map(bytes.hex),
     "agent_id": st.uuids().map(str),
     "target": _objects,
     "input": _objects,
@@ -90,7 +89,7 @@ def _document(**components):
     return fingerprint_document(**components)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(components=st.fixed_dictionaries(COMPONENTS), seed=st.integers())
 def test_fingerprint_is_stable_under_key_order(components, seed):
     components = {k: _nfc(v) for k, v in components.items()}
@@ -99,7 +98,7 @@ def test_fingerprint_is_stable_under_key_order(components, seed):
     assert fingerprint(shuffled) == fingerprint(document)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(components=st.fixed_dictionaries(COMPONENTS))
 def test_fingerprint_is_stable_under_unicode_normalization(components):
     components = {k: _nfc(v) for k, v in components.items()}
@@ -110,7 +109,7 @@ def test_fingerprint_is_stable_under_unicode_normalization(components):
     assert text == unicodedata.normalize("NFC", text)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(components=st.fixed_dictionaries(COMPONENTS), data=st.data())
 def test_fingerprint_differs_when_any_component_differs(components, data):
     components = {k: _nfc(v) for k, v in components.items()}
@@ -206,4 +205,4 @@ def test_plans_for_different_inputs_have_different_fingerprints(make_plan):
     assert one.fingerprint != two.fingerprint
     # Same agent, same input, same upstream state: the same plan, the same fingerprint.
     assert one.fingerprint == three.fingerprint
-    assert uuid.UUID(str(one.id)) != uuid.UUID(str(three.id))
+    assert one.id != three.id

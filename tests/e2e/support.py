@@ -119,9 +119,7 @@ def csrf_token(page: str) -> str:
 
 def error_messages(page: str) -> list[str]:
     """The error flashes (django.contrib.messages) on a rendered page."""
-    return [
-        html.unescape(m) for m in re.findall(r'<li class="msg-error"[^>]*>([^<]*)</li>', page)
-    ]
+    return [html.unescape(m) for m in re.findall(r'<li class="msg-error"[^>]*>([^<]*)</li>', page)]
 
 
 class ReviewerClient:
