@@ -15,6 +15,7 @@ from jsonschema.exceptions import SchemaError
 
 from .canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .models import Action, Connector
+from .rules import rule_operator
 
 SCHEMA_PATH = Path(__file__).with_name("catalog.schema.json")
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -24,9 +25,11 @@ _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 class CatalogProblem:
     pointer: str
     message: str
+    line: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.pointer or '/'}: {self.message}"
+        where = f"line {self.line}: " if self.line else ""
+        return f"{where}{self.pointer or '/'}: {self.message}"
 
 
 class CatalogError(Exception):
@@ -49,22 +52,76 @@ def catalog_schema() -> dict[str, Any]:
 
 
 # libyaml's safe loader when PyYAML was built with it: the same documents, ~10x faster.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_BaseLoader):
+    """Safe loading that refuses duplicate keys: YAML would silently keep the last one,
+    and a catalog whose meaning depends on which duplicate wins is not reviewable."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping
+)
 
 
 def parse_catalog_text(text: str, source: str) -> dict[str, Any]:
     try:
-        document = yaml.load(text, Loader=_SafeLoader)
+        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
         raise CatalogError(
             source,
-            [CatalogProblem("", f"not valid YAML at {where}: {getattr(exc, 'problem', exc)}")],
+            [
+                CatalogProblem(
+                    "",
+                    f"not valid YAML at {where}: {getattr(exc, 'problem', exc)}",
+                    mark.line + 1 if mark else None,
+                )
+            ],
         ) from None
     if not isinstance(document, dict):
         raise CatalogError(source, [CatalogProblem("", "the file must hold a mapping")])
     return document
+
+
+def line_of(text: str, pointer: str) -> int | None:
+    """The 1-based line where ``pointer`` (or its nearest existing parent) starts."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for token in [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == token), None)
+            if node is None:
+                # Point at the mapping that lacks the key.
+                return line
+        elif (
+            isinstance(node, yaml.SequenceNode) and token.isdigit() and int(token) < len(node.value)
+        ):
+            node = node.value[int(token)]
+        else:
+            break
+    if node is not None:
+        line = node.start_mark.line + 1
+    return line
 
 
 def _pointer(path) -> str:
@@ -131,6 +188,32 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         leftover = _PATH_FIELD.sub("", template)
         if "{" in leftover or "}" in leftover:
             problem(where, "unbalanced braces in path template")
+    out.extend(_check_input_strictness(base, schema, path_fields=_path_fields(action)))
+    card = action.get("card") or {}
+    if action.get("enabled", True):
+        for key in ("effect", "scope", "result", "consent", "retry"):
+            if not str(card.get(key, "")).strip():
+                problem(f"/card/{key}", "an enabled action needs a complete card")
+    approval = action.get("approval") or {}
+    if approval.get("session_grant") and action["consequence_class"] not in (
+        "observation",
+        "reversible",
+    ):
+        problem(
+            "/approval/session_grant",
+            "only observation and reversible actions may run under a session grant",
+        )
+    for key in ("scope", "eligibility"):
+        for i, rule in enumerate(action.get(key) or []):
+            if rule_operator(rule) is None:
+                problem(
+                    f"/{key}/{i}",
+                    "a rule needs exactly one of: equals, in, not_in, equals_agent",
+                )
+    if action.get("eligibility") and (
+        kind in ("invoke", "create") or action.get("read", {}) is None
+    ):
+        problem("/eligibility", "eligibility rules need a target that is read before the change")
     body_fields = _template_inputs(write.get("body"))
     for key in body_fields:
         if key not in properties:
@@ -162,6 +245,64 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
     return out
 
 
+def _path_fields(action: dict[str, Any]) -> set[str]:
+    templates = [action["target"], action["write"].get("path", "")]
+    if isinstance(action.get("read"), dict):
+        templates.append(action["read"].get("path", ""))
+    return {key for template in templates for key in _PATH_FIELD.findall(template)}
+
+
+_ID_NAME = re.compile(r"(^id$|_id$|Id$)")
+
+
+def _check_input_strictness(
+    base: str, schema: dict[str, Any], *, path_fields: set[str], where: str = "/input_schema"
+) -> list[CatalogProblem]:
+    """Inputs must be narrow: closed objects, bounded strings and arrays, constrained ids.
+
+    A string without a bound or an identifier without a pattern is how a "narrow"
+    action quietly becomes a generic one.
+    """
+    out: list[CatalogProblem] = []
+    if not isinstance(schema, dict):
+        return out
+    types = schema.get("type")
+    types = set(types) if isinstance(types, list) else {types}
+    constrained = any(k in schema for k in ("enum", "const"))
+    if "object" in types or "properties" in schema:
+        if schema.get("additionalProperties") is not False and where != "/input_schema":
+            out.append(
+                CatalogProblem(
+                    f"{base}{where}/additionalProperties",
+                    "nested objects must also set additionalProperties: false",
+                )
+            )
+        for name, sub in (schema.get("properties") or {}).items():
+            sub_where = f"{where}/properties/{escape_pointer_token(name)}"
+            if isinstance(sub, dict) and (name in path_fields or _ID_NAME.search(name)):
+                if not any(k in sub for k in ("pattern", "enum", "const", "format")) and (
+                    sub.get("type") == "string"
+                ):
+                    out.append(
+                        CatalogProblem(
+                            f"{base}{sub_where}",
+                            f"identifier {name!r} needs a pattern or an enum",
+                        )
+                    )
+            out.extend(_check_input_strictness(base, sub, path_fields=set(), where=sub_where))
+    if "string" in types and not constrained and "maxLength" not in schema:
+        out.append(CatalogProblem(f"{base}{where}", "strings need a maxLength (or an enum)"))
+    if "array" in types:
+        if "maxItems" not in schema and not constrained:
+            out.append(CatalogProblem(f"{base}{where}", "arrays need a maxItems"))
+        out.extend(
+            _check_input_strictness(
+                base, schema.get("items"), path_fields=set(), where=f"{where}/items"
+            )
+        )
+    return out
+
+
 def _version_source(action: dict[str, Any]) -> str:
     return (action.get("version") or {"source": "hash"})["source"]
 
@@ -177,7 +318,11 @@ def _template_inputs(template: Any) -> set[str]:
 
 
 def load_catalog(
-    text: str, *, source: str = "<catalog>", base_urls: dict[str, str] | None = None
+    text: str,
+    *,
+    source: str = "<catalog>",
+    base_urls: dict[str, str] | None = None,
+    actor: str = "catalog",
 ) -> LoadReport:
     """Validate and apply a catalog file in one transaction.
 
@@ -187,7 +332,12 @@ def load_catalog(
     document = parse_catalog_text(text, source)
     for name, url in (base_urls or {}).items():
         document.setdefault("connectors", {}).setdefault(name, {})["base_url"] = url
-    validate_catalog(document, source)
+    try:
+        validate_catalog(document, source)
+    except CatalogError as exc:
+        for problem in exc.problems:
+            problem.line = problem.line or line_of(text, problem.pointer)
+        raise
     report = LoadReport()
     with transaction.atomic():
         for name, spec in (document.get("connectors") or {}).items():
@@ -202,30 +352,90 @@ def load_catalog(
             )
             report.connectors.append(name)
         for name, definition in (document.get("actions") or {}).items():
-            definition = normalize(definition)
-            new_digest = digest(definition)
-            connector = Connector.objects.get(name=definition["connector"])
-            fields = {
-                "title": definition["title"],
-                "description": definition.get("description", ""),
-                "connector": connector,
-                "kind": definition["kind"],
-                "consequence_class": definition["consequence_class"],
-                "definition": definition,
-                "digest": new_digest,
-                "enabled": definition.get("enabled", True),
-            }
-            existing = Action.objects.select_for_update().filter(name=name).first()
-            if existing is None:
-                Action.objects.create(name=name, version=1, **fields)
-                report.created.append(name)
-            elif existing.digest == new_digest and existing.enabled == fields["enabled"]:
-                report.unchanged.append(name)
-            else:
-                if existing.digest != new_digest:
-                    fields["version"] = existing.version + 1
-                for key, value in fields.items():
-                    setattr(existing, key, value)
-                existing.save()
-                report.updated.append(name)
+            _, change = action_define(name=name, definition=definition, actor=actor)
+            getattr(report, change).append(name)
     return report
+
+
+def validate_action_definition(name: str, definition: dict[str, Any]) -> list[CatalogProblem]:
+    """Every check the file loader makes, for one action (the admin and importers use it).
+
+    Pointers are relative to the action (``/input_schema/...``).
+    """
+    document = {"version": 1, "actions": {name: definition}}
+    try:
+        validate_catalog(document, name)
+    except CatalogError as exc:
+        prefix = f"/actions/{escape_pointer_token(name)}"
+        return [CatalogProblem(p.pointer.removeprefix(prefix), p.message) for p in exc.problems]
+    return []
+
+
+def action_define(
+    *,
+    name: str,
+    definition: dict[str, Any],
+    actor: str,
+    source: str = "catalog",
+    class_confirmed: bool = True,
+    lint: list[dict[str, str]] | None = None,
+) -> tuple[Action, str]:
+    """Create or change one action from an already validated definition.
+
+    Returns the action and ``"created"``, ``"updated"`` or ``"unchanged"``. A changed
+    definition gets the next version number; every version is kept with who made it.
+    """
+    from approvals.audit import audit_record
+
+    from .models import ActionVersion
+
+    definition = normalize(definition)
+    new_digest = digest(definition)
+    connector = Connector.objects.get(name=definition["connector"])
+    fields = {
+        "title": definition["title"],
+        "description": definition.get("description", ""),
+        "connector": connector,
+        "kind": definition["kind"],
+        "consequence_class": definition["consequence_class"],
+        "definition": definition,
+        "digest": new_digest,
+        "enabled": definition.get("enabled", True),
+        "source": source,
+        "class_confirmed": class_confirmed,
+        "updated_by": actor,
+    }
+    if lint is not None:
+        fields["lint"] = lint
+    with transaction.atomic():
+        existing = Action.objects.select_for_update().filter(name=name).first()
+        if existing is not None and existing.digest == new_digest:
+            return existing, "unchanged"
+        if existing is None:
+            action = Action.objects.create(name=name, version=1, **fields)
+            change = "created"
+        else:
+            action = existing
+            for key, value in fields.items():
+                setattr(action, key, value)
+            action.version = existing.version + 1
+            action.save()
+            change = "updated"
+        ActionVersion.objects.create(
+            action=action,
+            version=action.version,
+            definition=definition,
+            digest=new_digest,
+            changed_by=actor,
+        )
+        audit_record(
+            kind=f"action.{change}",
+            actor=actor,
+            data={
+                "action": name,
+                "version": action.version,
+                "digest": new_digest,
+                "source": source,
+            },
+        )
+    return action, change

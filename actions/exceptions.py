@@ -73,3 +73,15 @@ class ActionChanged(CountersignError):
     status = 409
     type = "action-changed"
     title = "The action's definition changed since this preview"
+
+
+class OutOfScope(NotAllowed):
+    status = 403
+    type = "out-of-scope"
+    title = "The target is outside this agent's scope"
+
+
+class NotEligible(CountersignError):
+    status = 409
+    type = "not-eligible"
+    title = "The target is not in a state this action applies to"

@@ -105,8 +105,14 @@ class Action(models.Model):
 
     ``definition`` is the catalog entry as loaded; ``version`` increases and
     ``digest`` changes whenever it changes, and both go into every plan's fingerprint,
-    so a plan previewed under an old definition can never run under a new one.
+    so a plan previewed under an old definition can never run under a new one. Every
+    version is kept in ActionVersion with who made it.
     """
+
+    class Source(models.TextChoices):
+        CATALOG = "catalog", "Catalog file"
+        OPENAPI = "openapi", "OpenAPI import"
+        ADMIN = "admin", "Admin"
 
     name = models.SlugField(max_length=100, unique=True)
     title = models.CharField(max_length=200)
@@ -118,12 +124,24 @@ class Action(models.Model):
     version = models.PositiveIntegerField(default=1)
     digest = models.CharField(max_length=64)
     enabled = models.BooleanField(default=True)
+    # Where the definition came from; imported ones need a person's review before use.
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.CATALOG)
+    # False until a person confirms the consequence class (imported actions).
+    class_confirmed = models.BooleanField(default=True)
+    # Warnings found when the action was defined or imported: [{"pointer", "message"}].
+    lint = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=150, blank=True)
 
     class Meta:
         ordering = ["name"]
         constraints = [
+            # An action nobody has classified cannot be enabled, whatever writes the row.
+            models.CheckConstraint(
+                condition=Q(enabled=False) | Q(class_confirmed=True),
+                name="action_enabled_needs_confirmed_class",
+            ),
             models.CheckConstraint(
                 condition=Q(kind__in=ChangeKind.values), name="action_kind_valid"
             ),
@@ -148,6 +166,26 @@ class Action(models.Model):
         return digest(self.definition) == self.digest
 
 
+class ActionVersion(models.Model):
+    """One definition an action had, kept so reviewers and auditors can see what changed."""
+
+    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    definition = models.JSONField()
+    digest = models.CharField(max_length=64)
+    changed_by = models.CharField(max_length=150, blank=True)
+    changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["action", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["action", "version"], name="action_version_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action.name} v{self.version}"
+
+
 class Agent(models.Model):
     """An AI agent that may propose plans for a set of actions.
 
@@ -161,6 +199,9 @@ class Agent(models.Model):
     token_hash = models.CharField(max_length=64, unique=True)
     actions = models.ManyToManyField(Action, related_name="agents", blank=True)
     is_active = models.BooleanField(default=True)
+    # Facts about the agent that scope rules compare with the target, e.g.
+    # {"workspace": "ws-blue"} for a rule {pointer: /workspace, equals_agent: workspace}.
+    attributes = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -172,3 +213,26 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class AgentScope(models.Model):
+    """An allow-list: for ``action``, this agent may only use these values of ``field``.
+
+    With no AgentScope rows for an action, the action's own scope rules still apply;
+    with rows, an input whose field value is not listed is refused before review.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="scopes")
+    action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="agent_scopes")
+    field = models.CharField(max_length=100)
+    values = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "action", "field"], name="agent_scope_once_per_field"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name}: {self.action.name}.{self.field} in {self.values}"

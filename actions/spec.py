@@ -57,9 +57,7 @@ class ApprovalSpec:
     approvers: int
     approval_ttl: int  # seconds an approval stays usable
     plan_ttl: int  # seconds a plan may wait for a decision
-
-
-DEFAULT_APPROVERS = {"observation": 1, "reversible": 1, "external": 1, "irreversible": 2}
+    session_grant: bool = False  # may a reviewer's session grant stand in for per-call consent
 
 
 @dataclass(frozen=True)
@@ -115,10 +113,15 @@ class ActionSpec:
         )
         a = d.get("approval") or {}
         cls_name = d["consequence_class"]
+        defaults = settings.COUNTERSIGN_APPROVAL_POLICY[cls_name]
         approval = ApprovalSpec(
-            approvers=int(a.get("approvers", DEFAULT_APPROVERS[cls_name])),
-            approval_ttl=int(a.get("approval_ttl", settings.COUNTERSIGN_APPROVAL_TTL_SECONDS)),
+            approvers=int(a.get("approvers", defaults["approvers"])),
+            approval_ttl=int(a.get("approval_ttl", defaults["approval_ttl"])),
             plan_ttl=int(a.get("plan_ttl", settings.COUNTERSIGN_PLAN_TTL_SECONDS)),
+            # Never for external or irreversible actions, whatever the file says (the
+            # loader refuses it too).
+            session_grant=bool(a.get("session_grant", defaults["session_grant"]))
+            and cls_name in ("observation", "reversible"),
         )
         return cls(
             name=name,

@@ -15,18 +15,22 @@ from actions.canonical import CanonicalJSONError, digest, escape_pointer_token, 
 from actions.exceptions import (
     ActionChanged,
     AlreadyDecided,
+    CountersignError,
     FingerprintMismatch,
     IdempotencyInFlight,
     IdempotencyKeyReused,
     InvalidInput,
     InvalidTransition,
     NotAllowed,
+    NotEligible,
     NotFound,
+    OutOfScope,
     UnknownAction,
 )
 from actions.fingerprint import fingerprint, fingerprint_document, plan_fingerprint_matches
-from actions.models import Action, Agent
+from actions.models import Action, Agent, AgentScope
 from actions.preview import compute_preview
+from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
 from .audit import audit_record
@@ -171,6 +175,50 @@ def _reserve_idempotency_key(agent: Agent, key: str, request_hash: str) -> Idemp
     raise IdempotencyInFlight("retry once the first request has finished")
 
 
+def _refuse(agent: Agent, action: Action, exc: CountersignError, check: str) -> None:
+    """Record a policy refusal (no plan exists: nobody is asked), then raise it."""
+    with transaction.atomic():
+        audit_record(
+            kind="plan.refused",
+            actor=agent_actor(agent),
+            data={"action": action.name, "check": check, "type": exc.type, "reason": exc.detail},
+        )
+    raise exc
+
+
+def _check_allow_lists(agent: Agent, action: Action, values: dict[str, Any]) -> None:
+    for scope in AgentScope.objects.filter(agent=agent, action=action):
+        if values.get(scope.field) not in scope.values:
+            _refuse(
+                agent,
+                action,
+                OutOfScope(
+                    f"this agent may not use this {scope.field}",
+                    errors=[
+                        {
+                            "pointer": f"/input/{escape_pointer_token(scope.field)}",
+                            "message": "outside this agent's allow-list",
+                        }
+                    ],
+                ),
+                "allow_list",
+            )
+
+
+def _check_rules(agent: Agent, action: Action, preview) -> None:
+    """Scope rules on the target (as read, or as it would be created) and eligibility
+    rules on the state read. Software refuses what no person should be asked about."""
+    definition = action.definition
+    subject = preview.before if preview.before is not None else preview.after
+    failing = first_failing(definition.get("scope") or [], subject, agent.attributes or {})
+    if failing is not None:
+        _refuse(agent, action, OutOfScope(rule_text(failing)), "scope")
+    if preview.before is not None:
+        failing = first_failing(definition.get("eligibility") or [], preview.before, {})
+        if failing is not None:
+            _refuse(agent, action, NotEligible(rule_text(failing)), "eligibility")
+
+
 def plan_submit(
     *,
     agent: Agent,
@@ -186,6 +234,8 @@ def plan_submit(
     from executors.http import read_client
 
     action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
+    # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
+    _check_allow_lists(agent, action, values)
     reason = normalize(reason or "")
     if len(reason) > MAX_REASON_CHARS:
         raise InvalidInput(
@@ -205,10 +255,12 @@ def plan_submit(
                 preview = compute_preview(action, values, client)
         except TemplateError as exc:
             raise InvalidInput(errors=[{"pointer": "/input", "message": str(exc)}]) from None
+        _check_rules(agent, action, preview)
         policy = {
             "consequence_class": action.consequence_class,
             "approvers_required": spec.approval.approvers,
             "approval_ttl_seconds": spec.approval.approval_ttl,
+            "session_grant_eligible": spec.approval.session_grant,
             "mode": "per_call",
         }
         document = fingerprint_document(

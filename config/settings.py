@@ -272,6 +272,30 @@ COUNTERSIGN_WORKER_KEY_FILE = env_str("COUNTERSIGN_WORKER_KEY_FILE")
 COUNTERSIGN_PLAN_TTL_SECONDS = env_int("COUNTERSIGN_PLAN_TTL_SECONDS", 3600)
 COUNTERSIGN_APPROVAL_TTL_SECONDS = env_int("COUNTERSIGN_APPROVAL_TTL_SECONDS", 900)
 COUNTERSIGN_MAX_WAIT_SECONDS = 30
+# Defaults per consequence class; an action's `approval` block may tighten or loosen
+# them, except that session grants never cover external or irreversible actions.
+COUNTERSIGN_APPROVAL_POLICY = {
+    "observation": {
+        "approvers": 1,
+        "approval_ttl": COUNTERSIGN_APPROVAL_TTL_SECONDS,
+        "session_grant": True,
+    },
+    "reversible": {
+        "approvers": 1,
+        "approval_ttl": COUNTERSIGN_APPROVAL_TTL_SECONDS,
+        "session_grant": False,
+    },
+    "external": {
+        "approvers": 1,
+        "approval_ttl": min(600, COUNTERSIGN_APPROVAL_TTL_SECONDS),
+        "session_grant": False,
+    },
+    "irreversible": {
+        "approvers": 2,
+        "approval_ttl": min(300, COUNTERSIGN_APPROVAL_TTL_SECONDS),
+        "session_grant": False,
+    },
+}
 # Idempotency-Key records for POST /plans are kept at least this long.
 COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS = env_int("COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS", 86400)
 # Upstream HTTP defaults (a connector may set its own, never above these caps).

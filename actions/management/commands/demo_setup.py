@@ -68,6 +68,8 @@ class Command(BaseCommand):
                 token, prefix, digest = new_token()
                 Agent.objects.filter(pk=agent.pk).update(token_prefix=prefix, token_hash=digest)
                 agent.actions.set(Action.objects.filter(name__in=names))
+            # Scope rules compare targets with this (see update_contact_phone).
+            Agent.objects.filter(pk=agent.pk).update(attributes={"workspace": "ws-blue"})
         self.stdout.write(f"Reviewer login: {username} / {password}")
         self.stdout.write(f"Demo agent token: {token}")
         self.stdout.write(
