@@ -214,6 +214,25 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         kind in ("invoke", "create") or action.get("read", {}) is None
     ):
         problem("/eligibility", "eligibility rules need a target that is read before the change")
+    if (write.get("retry") or {}).get("max_retries") and not write.get("idempotency_header"):
+        problem(
+            "/write/retry",
+            "re-sending is only safe with an idempotency key the upstream honours "
+            "(set idempotency_header)",
+        )
+    status = action.get("status")
+    if status:
+        if bool(status.get("path")) == bool(status.get("from_location")):
+            problem("/status", "give exactly one of path or from_location")
+        for key in ("done_when", "failed_when"):
+            if key in status and rule_operator(status[key]) is None:
+                problem(
+                    f"/status/{key}",
+                    "a rule needs exactly one of: equals, in, not_in, equals_agent",
+                )
+        for key in _PATH_FIELD.findall(status.get("path", "")):
+            if key not in required:
+                problem("/status/path", f"path field {key!r} must be a required input property")
     body_fields = _template_inputs(write.get("body"))
     for key in body_fields:
         if key not in properties:

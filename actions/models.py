@@ -84,6 +84,9 @@ class Credential(models.Model):
     created_by = models.CharField(max_length=150, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Set when an upstream refused this credential (401/403): an admin should look.
+    flagged_at = models.DateTimeField(null=True, blank=True)
+    flag_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [

@@ -50,6 +50,20 @@ class WriteSpec:
     # A 2xx answer whose body has this value at this pointer is a domain refusal: some
     # upstreams report "nothing changed" inside a 200. {"pointer": ..., "equals": ...}
     rejected_when: dict[str, Any] | None = None
+    on_conflict: str = "rejected"  # what a 409 means: "rejected" | "already_in_desired_state"
+    # Re-sends allowed after 429, 5xx or a lost answer; never without an idempotency key.
+    max_retries: int = 0
+
+
+@dataclass(frozen=True)
+class StatusSpec:
+    """How to follow accepted work (202) and look up an outcome that is unknown."""
+
+    done_when: dict[str, Any]
+    failed_when: dict[str, Any] | None = None
+    path: str = ""  # a template over the input; or
+    from_location: bool = False  # the Location header of the 202
+    max_checks: int = 10
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,7 @@ class ActionSpec:
     write: WriteSpec
     summary: str = ""
     approval: ApprovalSpec = field(default_factory=lambda: ApprovalSpec(1, 900, 3600))
+    status: StatusSpec | None = None
 
     @classmethod
     def from_definition(cls, name: str, d: dict[str, Any]) -> ActionSpec:
@@ -110,6 +125,24 @@ class ActionSpec:
             content_type=w.get("content_type", default_ct),
             idempotency_header=w.get("idempotency_header", ""),
             rejected_when=w.get("rejected_when"),
+            on_conflict=w.get("on_conflict", "rejected"),
+            max_retries=int(
+                (w.get("retry") or {}).get("max_retries", 2 if w.get("idempotency_header") else 0)
+            )
+            if w.get("idempotency_header")
+            else 0,
+        )
+        st = d.get("status")
+        status = (
+            StatusSpec(
+                done_when=st["done_when"],
+                failed_when=st.get("failed_when"),
+                path=st.get("path", ""),
+                from_location=bool(st.get("from_location", False)),
+                max_checks=int(st.get("max_checks", 10)),
+            )
+            if st
+            else None
         )
         a = d.get("approval") or {}
         cls_name = d["consequence_class"]
@@ -138,6 +171,7 @@ class ActionSpec:
             write=write,
             summary=d.get("summary", ""),
             approval=approval,
+            status=status,
         )
 
     # --- input -----------------------------------------------------------------

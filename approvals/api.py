@@ -251,6 +251,18 @@ def list_actions(request: HttpRequest):
 # --- plans --------------------------------------------------------------------------
 
 
+def request_sent(plan: Plan) -> bool | None:
+    """Did the write leave the gateway? True, False, or None when nobody can know."""
+    from executors.models import Attempt
+
+    state = Attempt.objects.filter(plan=plan).values_list("state", flat=True).first()
+    if state in (None, Attempt.State.PREPARED, Attempt.State.NOT_SENT):
+        return False
+    if state == Attempt.State.ANSWERED:
+        return True
+    return None
+
+
 def plan_out(plan: Plan) -> dict[str, Any]:
     request = plan.write_request
     outcome = None
@@ -261,6 +273,7 @@ def plan_out(plan: Plan) -> dict[str, Any]:
             "upstream_status": plan.upstream_status,
             "correlation_id": plan.correlation_id,
             "finished_at": plan.finished_at,
+            "request_sent": request_sent(plan),
         }
     return {
         "id": plan.id,
@@ -382,14 +395,14 @@ async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQu
             if status != seen:
                 plan = await sync_to_async(_agent_plan)(agent, plan_id)
                 break
-    return Status(200, plan_out(plan))
+    return Status(200, await sync_to_async(plan_out)(plan))
 
 
 @api.post(
     "/plans/{plan_id}/cancel",
     response={200: PlanOut, 401: Problem, 404: Problem, 409: Problem},
     tags=["plans"],
-    summary="Withdraw a plan that awaits approval",
+    summary="Withdraw a plan before the worker sends it (awaiting approval or approved)",
 )
 def cancel_plan(request: HttpRequest, plan_id: uuid.UUID):
     plan = plan_cancel(agent=request.auth, plan_id=plan_id)

@@ -34,7 +34,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     PlanStatus.AWAITING_APPROVAL: frozenset(
         {PlanStatus.APPROVED, PlanStatus.DENIED, PlanStatus.EXPIRED, PlanStatus.CANCELLED}
     ),
-    PlanStatus.APPROVED: frozenset({PlanStatus.EXECUTING, PlanStatus.REFUSED}),
+    # Cancelled while approved: an agent's cancel or a reviewer's revocation before the
+    # worker claimed it; nothing was sent.
+    PlanStatus.APPROVED: frozenset(
+        {PlanStatus.EXECUTING, PlanStatus.REFUSED, PlanStatus.CANCELLED}
+    ),
     PlanStatus.EXECUTING: frozenset(
         {
             # Back to approved only when nothing left the gateway (the attempt says so).

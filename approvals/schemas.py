@@ -90,6 +90,10 @@ class OutcomeOut(Schema):
     upstream_status: int | None = None
     correlation_id: UUID
     finished_at: datetime | None = None
+    request_sent: bool | None = Field(
+        default=None,
+        description="Whether the write left the gateway: true, false, or null when unknown.",
+    )
 
 
 class PlanOut(Schema):

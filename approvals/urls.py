@@ -8,4 +8,7 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("<uuid:plan_id>/", views.plan_detail, name="plan-detail"),
     path("<uuid:plan_id>/decide", views.plan_decide, name="plan-decide"),
+    path("<uuid:plan_id>/revoke", views.plan_revoke, name="plan-revoke"),
+    path("<uuid:plan_id>/check", views.plan_check, name="plan-check"),
+    path("<uuid:plan_id>/resolve", views.plan_resolve_view, name="plan-resolve"),
 ]

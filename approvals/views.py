@@ -15,9 +15,10 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from actions.exceptions import CountersignError
+from executors.models import Attempt
 
 from .models import TERMINAL, Plan, PlanStatus
-from .services import approval_record, can_review
+from .services import approval_record, approval_revoke, can_review
 
 RENDERED_TAGS = {
     "p",
@@ -106,8 +107,9 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "approvals_missing": max(0, plan.required_approvals - len(approved_by)),
         "already_decided": any(a.reviewer_id == request.user.id for a in approvals),
         "decidable": plan.status == PlanStatus.AWAITING_APPROVAL,
-        "live": plan.status not in TERMINAL,
-        "attempt": getattr(plan, "attempt", None) if hasattr(plan, "attempt") else None,
+        # Unknown waits for a person (who may be typing a resolution): no auto-refresh.
+        "live": plan.status not in TERMINAL and plan.status != PlanStatus.UNKNOWN,
+        "attempt": Attempt.objects.filter(plan=plan).first(),
     }
     template = "approvals/plan_detail.html"
     if request.htmx:
@@ -135,4 +137,60 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
             raise Http404(exc.detail) from None
     else:
         messages.success(request, "Denied." if decision == "deny" else "Approval recorded.")
+    return redirect("approvals:plan-detail", plan_id=plan_id)
+
+
+@require_POST
+@login_required
+def plan_revoke(request: HttpRequest, plan_id) -> HttpResponse:
+    """Withdraw an approval before the worker sends anything."""
+    _require_reviewer(request)
+    try:
+        approval_revoke(plan_id=plan_id, reviewer=request.user)
+    except CountersignError as exc:
+        if exc.status == 404:
+            raise Http404(exc.detail) from None
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, "Approval revoked; nothing was sent.")
+    return redirect("approvals:plan-detail", plan_id=plan_id)
+
+
+@require_POST
+@login_required
+def plan_check(request: HttpRequest, plan_id) -> HttpResponse:
+    """Check now: run the action's reconciliation (a read) for an unknown outcome."""
+    from executors.services import reconcile
+
+    _require_reviewer(request)
+    plan = _plan_or_404(plan_id)
+    if plan.status not in (PlanStatus.UNKNOWN, PlanStatus.PENDING):
+        messages.error(request, "Only an unknown or pending outcome can be checked.")
+    else:
+        result = reconcile(plan_id=plan.id, actor=f"user:{request.user.get_username()}")
+        if result in ("unknown", "following", "still-pending"):
+            messages.info(request, "Checked: still not settled. See what was found below.")
+        else:
+            messages.success(request, f"Checked: {result.replace('_', ' ')}.")
+    return redirect("approvals:plan-detail", plan_id=plan_id)
+
+
+@require_POST
+@login_required
+def plan_resolve_view(request: HttpRequest, plan_id) -> HttpResponse:
+    """A person records what they found for an unknown outcome."""
+    from executors.services import plan_resolve
+
+    _require_reviewer(request)
+    try:
+        plan_resolve(
+            plan_id=plan_id,
+            reviewer=request.user,
+            state=request.POST.get("state", ""),
+            note=request.POST.get("note", ""),
+        )
+    except CountersignError as exc:
+        messages.error(request, exc.detail if not exc.errors else exc.errors[0]["message"])
+    else:
+        messages.success(request, "Resolution recorded.")
     return redirect("approvals:plan-detail", plan_id=plan_id)

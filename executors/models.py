@@ -37,6 +37,13 @@ class Attempt(models.Model):
     response_headers = models.JSONField(default=dict)
     response_body = models.TextField(blank=True)  # filtered and bounded
     error = models.TextField(blank=True)
+    # How many times the request was sent: more than once only with the same
+    # idempotency key, and only where the action declares the upstream honours it.
+    sends = models.PositiveSmallIntegerField(default=0)
+    # Following accepted work (202) and reconciling unknown outcomes.
+    status_path = models.CharField(max_length=500, blank=True)
+    status_checks = models.PositiveSmallIntegerField(default=0)
+    reconciliation = models.JSONField(default=dict, blank=True)
     revalidation = models.JSONField(default=dict)  # what the re-read found
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)

@@ -17,6 +17,7 @@ The order is the guarantee:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,11 +32,13 @@ from actions.fingerprint import plan_fingerprint_matches
 from actions.models import Credential
 from actions.preview import PreviewError, read_target, resolve_pointer
 from actions.vault import VaultError, auth_headers, secret_values
+from approvals.audit import audit_record
 from approvals.models import Approval, Plan, PlanStatus
 from approvals.services import plan_transition, plans_expire
 
 from .http import UpstreamError, WriteClient, read_client
 from .models import Attempt
+from .redaction import filter_text, redact_headers
 from .vault import open_write_secret
 
 log = logging.getLogger(__name__)
@@ -43,9 +46,8 @@ log = logging.getLogger(__name__)
 ACTOR = "system:executor"
 # Tries to reach the upstream before sending anything, before giving up honestly.
 MAX_UNSENT_TRIES = 3
-MAX_STORED_BODY = 4096
-REDACTED = "[redacted]"
-_SENSITIVE_HEADERS = {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
+# Longest wait honoured for a 429's Retry-After before giving up (seconds).
+MAX_RETRY_WAIT_SECONDS = 30.0
 
 
 @dataclass
@@ -55,22 +57,9 @@ class Claim:
     credential: Credential
 
 
-def redact_headers(
-    headers: dict[str, str], extra_sensitive: set[str] | None = None
-) -> dict[str, str]:
-    sensitive = _SENSITIVE_HEADERS | {h.lower() for h in (extra_sensitive or set())}
-    return {k: (REDACTED if k.lower() in sensitive else v) for k, v in headers.items()}
-
-
 def redact_text(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        if value:
-            text = text.replace(value, REDACTED)
-    return text
-
-
-def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_STORED_BODY else text[:MAX_STORED_BODY] + "…[truncated]"
+    """Filter an upstream's text for people (see executors.redaction)."""
+    return filter_text(text, secrets=secrets)
 
 
 # --- 1. claim -------------------------------------------------------------------------
@@ -237,7 +226,7 @@ def _revalidate(claim: Claim) -> tuple[bool, dict[str, Any]]:
     return (result.exists and result.version == precondition["expected"]), found
 
 
-def classify(status: int) -> tuple[str, str]:
+def classify(status: int, *, on_conflict: str = "rejected") -> tuple[str, str]:
     """Map an upstream status to (plan state, short reason an agent may see)."""
     if status == 202:
         return PlanStatus.PENDING, "accepted by the upstream; the work is not finished yet"
@@ -248,6 +237,8 @@ def classify(status: int) -> tuple[str, str]:
     if status in (401, 403):
         return PlanStatus.REJECTED, "the upstream refused the write credential"
     if status == 409:
+        if on_conflict == PlanStatus.ALREADY_IN_DESIRED_STATE:
+            return PlanStatus.ALREADY_IN_DESIRED_STATE, "the target was already as requested"
         return PlanStatus.REJECTED, "the upstream reported a conflict"
     if status == 429:
         return PlanStatus.REJECTED, "the upstream is rate limiting; nothing was applied"
@@ -267,6 +258,44 @@ def _refused_in_body(rule: dict[str, Any] | None, response) -> bool:
         return resolve_pointer(response.json(), rule["pointer"]) == rule["equals"]
     except (KeyError, ValueError):  # no such field, or not JSON: not a refusal
         return False
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Retry-After as seconds (delta-seconds or an HTTP date), or None if unusable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - timezone.now()).total_seconds())
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _flag_credential(credential: Credential, status: int) -> None:
+    with transaction.atomic():
+        Credential.objects.filter(pk=credential.pk).update(
+            flagged_at=timezone.now(), flag_reason=f"the upstream answered {status} to a write"
+        )
+        audit_record(
+            kind="credential.flagged",
+            actor=ACTOR,
+            data={
+                "credential": str(credential.pk),
+                "connector": credential.connector_id,
+                "status": status,
+            },
+        )
 
 
 def execution_run(*, plan_id) -> str:
@@ -333,8 +362,295 @@ def execution_run(*, plan_id) -> str:
     attempt.state, attempt.sent_at = Attempt.State.SENDING, sent_at
     attempt.request, attempt.revalidation = recorded, found
 
+    # Re-sending is allowed only with the same idempotency key, and only where the action
+    # declares that the upstream honours it (max_retries is 0 otherwise).
+    retries_left = spec.write.max_retries
+    sends = 0
+    notes: list[str] = []
+    with WriteClient(plan.action.connector, credential_headers) as client:
+        while True:
+            sends += 1
+            Attempt.objects.filter(pk=attempt.pk).update(sends=sends)
+            try:
+                response = client.request(
+                    request["method"],
+                    request["path"],
+                    headers=headers,
+                    body=request.get("body"),
+                    content_type=request.get("content_type") or "application/json",
+                )
+            except UpstreamError as exc:
+                if not exc.sent and sends == 1:
+                    # Nothing ever left the gateway: safe to try again later.
+                    attempt.sends = 0
+                    Attempt.objects.filter(pk=attempt.pk).update(
+                        sends=0, state=Attempt.State.PREPARED
+                    )
+                    return _release_unsent(claim, str(exc))
+                if retries_left > 0:
+                    retries_left -= 1
+                    notes.append(f"send {sends}: {exc}; re-sent with the same key")
+                    _sleep(min(2.0**sends * 0.25, 5.0))
+                    continue
+                _finish(
+                    claim,
+                    to=PlanStatus.UNKNOWN,
+                    detail="no answer after the request was sent; "
+                    "the change may or may not have applied",
+                    attempt_state=Attempt.State.LOST,
+                    error="; ".join([*notes, str(exc)]),
+                    sends=sends,
+                )
+                enqueue_reconcile(plan.id)
+                return PlanStatus.UNKNOWN
+            if response.status == 429:
+                wait = retry_after_seconds(response.header("retry-after"))
+                if retries_left > 0 and wait is not None and wait <= MAX_RETRY_WAIT_SECONDS:
+                    retries_left -= 1
+                    notes.append(f"send {sends}: 429, waited {wait:.1f}s as Retry-After asked")
+                    _sleep(wait)
+                    continue
+            elif response.status >= 500 and retries_left > 0:
+                retries_left -= 1
+                notes.append(f"send {sends}: {response.status}; re-sent with the same key")
+                _sleep(min(2.0**sends * 0.25, 5.0))
+                continue
+            break
+
+    state, detail = classify(response.status, on_conflict=spec.write.on_conflict)
+    if 200 <= response.status < 300 and _refused_in_body(spec.write.rejected_when, response):
+        state = PlanStatus.REJECTED
+        detail = "the upstream refused the change in its answer; nothing was applied"
+    if response.status in (401, 403):
+        _flag_credential(claim.credential, response.status)
+    status_path = ""
+    if state == PlanStatus.PENDING:
+        status_path = _status_path(plan, response)
+    body_text = filter_text(response.body.decode("utf-8", "replace"), secrets=secrets)
+    _finish(
+        claim,
+        to=state,
+        detail=detail,
+        attempt_state=Attempt.State.ANSWERED,
+        upstream_status=response.status,
+        event_data={"sends": sends},
+        response_status=response.status,
+        response_headers=redact_headers(response.headers),
+        response_body=body_text,
+        duration_ms=response.elapsed_ms,
+        sends=sends,
+        status_path=status_path,
+        error="; ".join(notes),
+    )
+    log.info("plan %s executed: %s (%s)", plan.id, state, response.status)
+    if state == PlanStatus.PENDING and status_path:
+        enqueue_follow(plan.id, countdown=1)
+    elif state == PlanStatus.UNKNOWN:
+        enqueue_reconcile(plan.id)
+    return state
+
+
+def _status_path(plan: Plan, response) -> str:
+    """Where to ask about accepted work: the action's status path or the Location header."""
+    from executors.http import connector_url
+
+    status = plan.action.spec.status
+    if status is None:
+        return ""
+    if status.path:
+        return plan.action.spec.render_path(status.path, plan.input)
+    location = response.header("location") or ""
+    base = plan.action.connector.base_url.rstrip("/")
+    if location.startswith(base + "/"):
+        location = location[len(base) :]
     try:
-        with WriteClient(plan.action.connector, credential_headers) as client:
+        connector_url(plan.action.connector, location)  # refuses other hosts and odd paths
+    except ValueError:
+        return ""
+    return location
+
+
+# --- following accepted work and reconciling unknown outcomes ------------------------------
+
+
+def enqueue_follow(plan_id, *, countdown: float | None = None) -> None:
+    from .tasks import follow_pending_task
+
+    transaction.on_commit(lambda: _publish(follow_pending_task, plan_id, countdown))
+
+
+def enqueue_reconcile(plan_id, *, countdown: float | None = 2) -> None:
+    from .tasks import reconcile_task
+
+    transaction.on_commit(lambda: _publish(reconcile_task, plan_id, countdown))
+
+
+def _publish(task, plan_id, countdown) -> None:
+    try:
+        task.apply_async((str(plan_id),), countdown=countdown)
+    except Exception:  # noqa: BLE001 - broker down; the sweeper picks the plan up again
+        log.warning("could not publish %s for plan %s", task.name, plan_id)
+
+
+def pending_follow(*, plan_id) -> str:
+    """Ask the upstream about accepted work once; settle the plan or schedule the next ask."""
+    from actions.rules import rule_holds
+
+    plan = Plan.objects.select_related("action", "action__connector").filter(id=plan_id).first()
+    if plan is None or plan.status != PlanStatus.PENDING:
+        return f"skipped:{plan.status if plan else 'missing'}"
+    attempt = Attempt.objects.get(plan=plan)
+    status = plan.action.spec.status
+    if status is None or not attempt.status_path:
+        return "skipped:no-status-request"
+    try:
+        with read_client(plan.action.connector) as client:
+            response = client.get(attempt.status_path)
+        body = response.json() if response.status == 200 else None
+    except (UpstreamError, ValueError):
+        body = None
+    checks = attempt.status_checks + 1
+    Attempt.objects.filter(pk=attempt.pk).update(status_checks=checks)
+    Plan.objects.filter(pk=plan.pk).update(enqueued_at=timezone.now())
+    if body is not None and rule_holds(status.done_when, body, {}):
+        plan_transition(
+            plan,
+            to=PlanStatus.COMPLETED,
+            actor=ACTOR,
+            event="execution.completed",
+            data={"via": "status request", "checks": checks},
+            finished_at=timezone.now(),
+            outcome_detail="the accepted work finished",
+        )
+        return PlanStatus.COMPLETED
+    if body is not None and status.failed_when and rule_holds(status.failed_when, body, {}):
+        plan_transition(
+            plan,
+            to=PlanStatus.REJECTED,
+            actor=ACTOR,
+            event="execution.rejected",
+            data={"via": "status request", "checks": checks},
+            finished_at=timezone.now(),
+            outcome_detail="the accepted work failed upstream",
+        )
+        return PlanStatus.REJECTED
+    if checks >= status.max_checks:
+        Plan.objects.filter(pk=plan.pk).update(
+            outcome_detail=f"accepted by the upstream; still not finished after {checks} checks"
+        )
+        return "still-pending"
+    with transaction.atomic():
+        enqueue_follow(plan.id, countdown=min(2.0**checks * 0.5, 60.0))
+    return "following"
+
+
+def _reconcile_read(plan: Plan) -> tuple[str | None, dict[str, Any]]:
+    """Re-read the target and decide: applied, not applied, or changed by someone else."""
+    spec = plan.action.spec
+    with read_client(plan.action.connector) as client:
+        result = read_target(client, spec, plan.input)
+    kind = plan.kind
+    finding: dict[str, Any] = {"exists": result.exists, "version": result.version}
+    if kind == "delete":
+        if not result.exists:
+            return PlanStatus.COMPLETED, {**finding, "verdict": "applied"}
+        if result.version == plan.precondition.get("expected"):
+            return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
+        return None, {**finding, "verdict": "changed by someone else"}
+    if kind == "create":
+        if not result.exists:
+            return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
+        current = result.body
+    else:
+        if not result.exists:
+            return None, {**finding, "verdict": "the target is gone"}
+        current = result.body
+    # Compare only what the plan changes: the upstream moves versions and timestamps.
+    paths = [c["path"] for c in plan.changes] or ["/"]
+    matches_after = all(_at(current, p) == _at(plan.after, p) for p in paths)
+    if matches_after:
+        return PlanStatus.COMPLETED, {**finding, "verdict": "applied"}
+    if kind != "create" and all(_at(current, p) == _at(plan.before, p) for p in paths):
+        return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
+    return None, {**finding, "verdict": "changed by someone else"}
+
+
+def _at(document: Any, pointer: str) -> Any:
+    if pointer in ("", "/"):
+        return document
+    try:
+        return resolve_pointer(document, pointer)
+    except KeyError:
+        return None
+
+
+def reconcile(*, plan_id, actor: str = ACTOR) -> str:
+    """Find out what happened to a plan whose outcome is unknown (or accepted work).
+
+    update/replace/create/delete: re-read the target and compare it with the plan's
+    ``after`` and ``before`` on the changed fields. invoke: the action's status request,
+    or — where the upstream honours idempotency keys — the same request with the same
+    key, which the upstream answers without doing the work twice. Anything else stays
+    ``unknown`` for a person, with what was found recorded.
+    """
+    plan = Plan.objects.select_related("action", "action__connector").filter(id=plan_id).first()
+    if plan is None or plan.status not in (PlanStatus.UNKNOWN, PlanStatus.PENDING):
+        return f"skipped:{plan.status if plan else 'missing'}"
+    if plan.status == PlanStatus.PENDING:
+        return pending_follow(plan_id=plan_id)
+    attempt = Attempt.objects.filter(plan=plan).first()
+    try:
+        if plan.kind == "invoke":
+            state, finding = _reconcile_invoke(plan, attempt)
+        else:
+            state, finding = _reconcile_read(plan)
+    except (PreviewError, UpstreamError) as exc:
+        state, finding = None, {"verdict": f"could not read the upstream: {exc}"}
+    with transaction.atomic():
+        if attempt is not None:
+            Attempt.objects.filter(pk=attempt.pk).update(
+                reconciliation={**finding, "at": timezone.now().isoformat(), "by": actor}
+            )
+        if state is None:
+            audit_record(kind="reconcile.inconclusive", actor=actor, plan=plan, data=finding)
+            return "unknown"
+        plan_transition(
+            plan,
+            to=state,
+            actor=actor,
+            event="reconcile.settled",
+            data=finding,
+            finished_at=timezone.now(),
+            outcome_detail=f"reconciled: {finding['verdict']}",
+        )
+    return state
+
+
+def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, dict[str, Any]]:
+    from actions.rules import rule_holds
+
+    spec = plan.action.spec
+    if spec.status is not None and spec.status.path:
+        with read_client(plan.action.connector) as client:
+            response = client.get(spec.render_path(spec.status.path, plan.input))
+        if response.status == 200:
+            body = response.json()
+            if rule_holds(spec.status.done_when, body, {}):
+                return PlanStatus.COMPLETED, {"verdict": "applied (status request)"}
+            if spec.status.failed_when and rule_holds(spec.status.failed_when, body, {}):
+                return PlanStatus.REJECTED, {"verdict": "failed upstream (status request)"}
+        return None, {"verdict": f"status request answered {response.status}"}
+    if spec.write.idempotency_header and attempt is not None and attempt.sends:
+        credential = plan.action.connector.credential(Credential.Role.WRITE)
+        if credential is None:
+            return None, {"verdict": "no write credential to repeat the keyed request"}
+        secret = open_write_secret(credential)
+        request = plan.write_request
+        headers = {
+            **(request.get("headers") or {}),
+            spec.write.idempotency_header: attempt.idempotency_key,
+        }
+        with WriteClient(plan.action.connector, auth_headers(credential, secret)) as client:
             response = client.request(
                 request["method"],
                 request["path"],
@@ -342,36 +658,49 @@ def execution_run(*, plan_id) -> str:
                 body=request.get("body"),
                 content_type=request.get("content_type") or "application/json",
             )
-    except UpstreamError as exc:
-        if not exc.sent:
-            return _release_unsent(claim, str(exc))
-        _finish(
-            claim,
-            to=PlanStatus.UNKNOWN,
-            detail="no answer after the request was sent; the change may or may not have applied",
-            attempt_state=Attempt.State.LOST,
-            error=str(exc),
-        )
-        return PlanStatus.UNKNOWN
+        Attempt.objects.filter(pk=attempt.pk).update(sends=attempt.sends + 1)
+        state, _ = classify(response.status, on_conflict=spec.write.on_conflict)
+        if state in (
+            PlanStatus.COMPLETED,
+            PlanStatus.REJECTED,
+            PlanStatus.ALREADY_IN_DESIRED_STATE,
+        ):
+            return state, {"verdict": f"the upstream answered the same key with {response.status}"}
+        return None, {"verdict": f"the same key was answered {response.status}"}
+    return None, {"verdict": "no way to look the outcome up: a person must check"}
 
-    state, detail = classify(response.status)
-    if 200 <= response.status < 300 and _refused_in_body(spec.write.rejected_when, response):
-        state = PlanStatus.REJECTED
-        detail = "the upstream refused the change in its answer; nothing was applied"
-    body_text = redact_text(response.body.decode("utf-8", "replace"), secrets)
-    _finish(
-        claim,
-        to=state,
-        detail=detail,
-        attempt_state=Attempt.State.ANSWERED,
-        upstream_status=response.status,
-        response_status=response.status,
-        response_headers=redact_headers(response.headers),
-        response_body=_bounded(body_text),
-        duration_ms=response.elapsed_ms,
-    )
-    log.info("plan %s executed: %s (%s)", plan.id, state, response.status)
-    return state
+
+def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
+    """A person records what they found for an unknown outcome."""
+    from actions.exceptions import InvalidInput, NotAllowed
+    from approvals.services import can_review, user_actor
+
+    if not can_review(reviewer):
+        raise NotAllowed("you are not a reviewer")
+    allowed = (PlanStatus.COMPLETED, PlanStatus.REJECTED, PlanStatus.ALREADY_IN_DESIRED_STATE)
+    if state not in allowed:
+        raise InvalidInput(
+            errors=[{"pointer": "/state", "message": f"one of {', '.join(allowed)}"}]
+        )
+    note = (note or "").strip()[:2000]
+    if not note:
+        raise InvalidInput(errors=[{"pointer": "/note", "message": "say what you found"}])
+    with transaction.atomic():
+        plan = Plan.objects.select_for_update().select_related("action").get(id=plan_id)
+        if plan.status != PlanStatus.UNKNOWN:
+            raise InvalidTransition(
+                f"only an unknown outcome can be resolved; this one is {plan.status}"
+            )
+        plan_transition(
+            plan,
+            to=state,
+            actor=user_actor(reviewer),
+            event="reconcile.resolved_by_person",
+            data={"note": note},
+            finished_at=timezone.now(),
+            outcome_detail=f"resolved by a reviewer: {state}",
+        )
+    return plan
 
 
 # --- the sweeper ------------------------------------------------------------------------
@@ -440,6 +769,21 @@ def sweep(*, now=None) -> dict[str, int]:
                         "the change may or may not have applied",
                     )
                     report["unknown"] += 1
+                    enqueue_reconcile(plan.id)
         except InvalidTransition:
             pass  # the worker finished meanwhile
+    # Accepted work whose follow-up message was lost.
+    # (pending_follow stamps enqueued_at at every check; checks are at most a minute apart.)
+    follow_before = now - timedelta(seconds=max(120.0, settings.COUNTERSIGN_REQUEUE_AFTER_SECONDS))
+    for plan in Plan.objects.filter(
+        status=PlanStatus.PENDING, enqueued_at__lte=follow_before
+    ).select_related("action")[:500]:
+        status = plan.action.spec.status
+        attempt = Attempt.objects.filter(plan=plan).first()
+        if status is None or attempt is None or attempt.status_checks >= status.max_checks:
+            continue
+        with transaction.atomic():
+            Plan.objects.filter(pk=plan.pk).update(enqueued_at=now)
+            enqueue_follow(plan.id)
+            report["requeued"] += 1
     return report

@@ -21,6 +21,20 @@ def execute_plan_task(self, plan_id: str) -> str:
     return execution_run(plan_id=plan_id)
 
 
+@shared_task(name="executors.follow_pending", acks_late=True, ignore_result=True)
+def follow_pending_task(plan_id: str) -> str:
+    from .services import pending_follow
+
+    return pending_follow(plan_id=plan_id)
+
+
+@shared_task(name="executors.reconcile", acks_late=True, ignore_result=True)
+def reconcile_task(plan_id: str) -> str:
+    from .services import reconcile
+
+    return reconcile(plan_id=plan_id)
+
+
 @shared_task(name="executors.sweep", ignore_result=True)
 def sweep_task() -> dict:
     from .services import sweep

@@ -203,6 +203,10 @@ class Fault:
     apply: bool = False
     retry_after: float | None = None
     close: bool = False
+    # With a status: "echo" answers with an error page that leaks what a careless upstream
+    # leaks (the Authorization header it received, an internal URL, a stack trace);
+    # "huge" answers with a body of several megabytes.
+    body: str | None = None
 
     def matches(self, method: str, path: str) -> bool:
         if self.method is not None and self.method != method:
@@ -445,6 +449,7 @@ class DemoUpstream:
         apply: bool = False,
         retry_after: float | None = None,
         close: bool = False,
+        body: str | None = None,
     ) -> dict[str, Any]:
         """Make the next ``times`` matching requests misbehave; returns the fault as a dict."""
         if method is not None and not isinstance(method, str):
@@ -462,6 +467,8 @@ class DemoUpstream:
             raise ValueError("retry_after must be a non-negative number or null")
         if not isinstance(apply, bool) or not isinstance(close, bool):
             raise ValueError("apply and close must be booleans")
+        if body not in (None, "echo", "huge"):
+            raise ValueError('body must be null, "echo" or "huge"')
         fault = Fault(
             method=normalized_method,
             path_prefix=path_prefix,
@@ -471,6 +478,7 @@ class DemoUpstream:
             apply=apply,
             retry_after=retry_after,
             close=close,
+            body=body,
         )
         with self._lock:
             self._faults.append(fault)
@@ -1043,6 +1051,22 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.status is not None:
             phrase = HTTPStatus(fault.status).phrase if fault.status in HTTPStatus else ""
             response = Response(fault.status, {"error": f"injected fault: {phrase}".strip()})
+            if fault.body == "echo":
+                response = Response(
+                    fault.status,
+                    {
+                        "error": "internal error",
+                        "debug": (
+                            f"request had Authorization: {headers.get('authorization', '')}; "
+                            "backend http://10.0.0.12:8080/internal/contacts failed\n"
+                            "Traceback (most recent call last):\n"
+                            '  File "/srv/app/handlers.py", line 42, in patch\n'
+                            "ValueError: boom"
+                        ),
+                    },
+                )
+            elif fault.body == "huge":
+                response = Response(fault.status, {"error": "x" * (3 * MAX_BODY_BYTES)})
         elif response is None:
             response = upstream.handle(request)
         if fault.retry_after is not None:

@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from actions.models import Action, Connector, Credential
 from approvals.models import Approval, AuditEvent, Plan, PlanStatus
-from approvals.services import approval_record
 from executors.models import Attempt
-from executors.services import REDACTED, _claim, classify, execution_run, sweep
+from executors.redaction import REDACTED
+from executors.services import _claim, classify, execution_run, sweep
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 
 REMINDER = {
@@ -31,45 +31,6 @@ NEW_CONTACT = {
     "email": "kj@example.test",
     "workspace": "ws-red",
 }
-
-
-@pytest.fixture
-def approve(django_capture_on_commit_callbacks, reviewer, second_reviewer):
-    """Approve a plan as reviewers do, without publishing a message to the broker."""
-
-    def approve(plan) -> Plan:
-        for person in (reviewer, second_reviewer)[: plan.approvals_required]:
-            with django_capture_on_commit_callbacks(execute=False):
-                approval_record(
-                    plan_id=plan.id,
-                    reviewer=person,
-                    decision="approve",
-                    fingerprint_seen=plan.fingerprint,
-                )
-        plan = Plan.objects.get(pk=plan.pk)
-        assert plan.status == PlanStatus.APPROVED
-        return plan
-
-    return approve
-
-
-@pytest.fixture
-def approved(make_plan, approve):
-    def approved(action="update_contact_email", input=None) -> Plan:
-        return approve(make_plan(action=action, input=input))
-
-    return approved
-
-
-@pytest.fixture
-def run(django_capture_on_commit_callbacks):
-    """execution_run, capturing (not running) any wake-up it would publish."""
-
-    def run(plan) -> str:
-        with django_capture_on_commit_callbacks(execute=False):
-            return execution_run(plan_id=plan.id)
-
-    return run
 
 
 def fresh(plan) -> Plan:
@@ -540,7 +501,8 @@ def test_sweep_settles_a_lost_worker_that_may_have_sent_as_unknown(
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         report = sweep(now=_past_lease(settings))
     assert report["unknown"] == 1
-    assert callbacks == []  # never sent again
+    # Never sent again: the only follow-up is a reconciliation (a read), not an execution.
+    assert [c.__qualname__.split(".")[0] for c in callbacks] == ["enqueue_reconcile"]
     assert fresh(plan).status == PlanStatus.UNKNOWN
     assert attempt_of(plan).state == Attempt.State.LOST
     assert execution_run(plan_id=plan.id) == "skipped:unknown"
