@@ -1,13 +1,144 @@
+"""The Django admin for the catalog: connectors, credentials, actions and agents.
+
+Every change made here passes the same checks as the catalog file loader, and actions
+are stored through the same service (``action_define``): an edited action gets a new
+version, and a plan previewed under the old one can no longer be approved or executed.
+Changes to connectors, credentials and agents are audited like everything else.
+"""
+
 from __future__ import annotations
 
-from django.contrib import admin
+import importlib.util
+import re
+from pathlib import PurePath
+from typing import Any
 
-from .models import Action, Agent, Connector, Credential
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.forms.models import BaseInlineFormSet
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from approvals.audit import audit_record
+from approvals.services import user_actor
+
+from . import catalog
+from .catalog import (
+    CatalogError,
+    CatalogProblem,
+    action_define,
+    catalog_schema,
+    parse_catalog_text,
+    validate_action_definition,
+    validate_catalog,
+)
+from .export import definition_text
+from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential
+
+CARD_FIELDS = ("effect", "scope", "result", "consent", "retry")
+MAX_OPENAPI_BYTES = 1024 * 1024
+# The names agents' attributes may have: what a scope rule's ``equals_agent`` can name.
+_ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def _slug_pattern() -> re.Pattern[str]:
+    return re.compile(catalog_schema()["$defs"]["slug"]["pattern"])
+
+
+def _problem_text(problem: CatalogProblem, line: int | None = None) -> str:
+    where = f"line {line}: " if line else ""
+    return f"{where}{problem.pointer or '/'}: {problem.message}"
+
+
+def _line_of(text: str, pointer: str) -> int | None:
+    # catalog.line_of is new; the admin works without it (no line numbers, same checks).
+    finder = getattr(catalog, "line_of", None)
+    return finder(text, pointer) if finder is not None and pointer else None
+
+
+# --- connectors ----------------------------------------------------------------------
+
+
+class ConnectorForm(forms.ModelForm):
+    # A plain CharField: a URLField would quietly add a scheme the loader would refuse.
+    base_url = forms.CharField(
+        max_length=500,
+        help_text="http:// or https://, a host and an optional path; no user, query or fragment.",
+    )
+
+    class Meta:
+        model = Connector
+        fields = ["name", "base_url", "connect_timeout", "read_timeout"]
+        help_texts = {
+            "connect_timeout": "Seconds, more than 0 and at most 30.",
+            "read_timeout": "Seconds, more than 0 and at most 120.",
+        }
+
+    # Where the catalog schema's pointers land on this form.
+    _FIELDS_BY_POINTER = {
+        "": "name",
+        "/base_url": "base_url",
+        "/timeouts": "connect_timeout",
+        "/timeouts/connect": "connect_timeout",
+        "/timeouts/read": "read_timeout",
+    }
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        name = self.instance.name if self.instance.pk else cleaned.get("name")
+        needed = ("base_url", "connect_timeout", "read_timeout")
+        if not name or any(cleaned.get(key) is None for key in needed):
+            return cleaned  # the field errors already say what is missing
+        entry = {
+            "base_url": cleaned["base_url"].strip(),
+            "timeouts": {"connect": cleaned["connect_timeout"], "read": cleaned["read_timeout"]},
+        }
+        # The loader's own check, so the admin accepts exactly what a catalog file may say.
+        try:
+            validate_catalog({"version": 1, "connectors": {name: entry}}, source="admin")
+        except CatalogError as exc:
+            prefix = f"/connectors/{name}"
+            for problem in exc.problems:
+                pointer = problem.pointer.removeprefix(prefix)
+                if problem.pointer == "/connectors":
+                    pointer = ""  # propertyNames: the name itself
+                self.add_error(self._FIELDS_BY_POINTER.get(pointer), problem.message)
+        cleaned["base_url"] = entry["base_url"].rstrip("/")
+        return cleaned
 
 
 @admin.register(Connector)
 class ConnectorAdmin(admin.ModelAdmin):
-    list_display = ["name", "base_url", "connect_timeout", "read_timeout"]
+    form = ConnectorForm
+    list_display = ["name", "base_url", "connect_timeout", "read_timeout", "updated_at"]
+    search_fields = ["name", "base_url"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Action definitions name their connector: renaming one would orphan them.
+        return ["name", "created_at", "updated_at"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit_record(
+            kind="connector.changed" if change else "connector.created",
+            actor=user_actor(request.user),
+            data={
+                "connector": obj.name,
+                "base_url": obj.base_url,
+                "connect_timeout": obj.connect_timeout,
+                "read_timeout": obj.read_timeout,
+                "fields": sorted(form.changed_data),
+            },
+        )
+
+
+# --- credentials ---------------------------------------------------------------------
 
 
 @admin.register(Credential)
@@ -18,6 +149,8 @@ class CredentialAdmin(admin.ModelAdmin):
         "connector",
         "role",
         "scheme",
+        "secret",
+        "status",
         "created_at",
         "created_by",
         "expires_at",
@@ -25,24 +158,595 @@ class CredentialAdmin(admin.ModelAdmin):
     ]
     list_filter = ["role", "connector"]
     exclude = ["ciphertext"]
-    readonly_fields = ["connector", "role", "scheme", "header_name", "created_at", "created_by"]
+    actions = ["revoke"]
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = ["connector", "role", "scheme", "header_name", "secret", "created_at"]
+        fields.append("created_by")
+        if obj is not None and obj.revoked_at is not None:
+            # Revocation is final: a new secret is stored with set_credential instead.
+            fields.append("revoked_at")
+        return fields
+
+    @admin.display(description="secret")
+    def secret(self, obj: Credential) -> str:
+        if obj.role == Credential.Role.WRITE:
+            return "set (sealed to the worker's key; this process cannot open it)"
+        return "set (encrypted)"
+
+    @admin.display(description="status")
+    def status(self, obj: Credential) -> str:
+        if obj.revoked_at is not None:
+            return "revoked"
+        if obj.expires_at is not None and obj.expires_at <= timezone.now():
+            return "expired"
+        return "live"
 
     def has_add_permission(self, request):
         # Secrets are entered through `manage.py set_credential`, which reads them from
         # standard input and seals write secrets to the worker's key.
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        # Revoke instead: the row is what the audit trail and attempts refer to.
+        return False
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit_record(
+            kind="credential.changed",
+            actor=user_actor(request.user),
+            data={
+                "connector": obj.connector.name,
+                "role": obj.role,
+                "credential": str(obj.id),
+                "expires_at": obj.expires_at.isoformat() if obj.expires_at else None,
+                "revoked_at": obj.revoked_at.isoformat() if obj.revoked_at else None,
+            },
+        )
+
+    @admin.action(description="Revoke selected credentials", permissions=["change"])
+    def revoke(self, request, queryset):
+        now = timezone.now()
+        count = 0
+        with transaction.atomic():
+            for credential in queryset.select_for_update().filter(revoked_at__isnull=True):
+                Credential.objects.filter(pk=credential.pk).update(revoked_at=now)
+                audit_record(
+                    kind="credential.revoked",
+                    actor=user_actor(request.user),
+                    data={
+                        "connector": credential.connector.name,
+                        "role": credential.role,
+                        "credential": str(credential.id),
+                    },
+                )
+                count += 1
+        self.message_user(request, f"{count} credential(s) revoked.", messages.SUCCESS)
+
+
+# --- actions -------------------------------------------------------------------------
+
+
+def enable_problems(definition: dict[str, Any], *, class_confirmed: bool) -> list[CatalogProblem]:
+    """Why this definition may not be enabled (nothing if it is disabled)."""
+    if definition.get("enabled", True) is not True:
+        return []
+    problems = []
+    card = definition.get("card") if isinstance(definition.get("card"), dict) else {}
+    for key in CARD_FIELDS:
+        if not str(card.get(key) or "").strip():
+            problems.append(
+                CatalogProblem(
+                    f"/card/{key}", "is empty: an action without a complete card cannot be enabled"
+                )
+            )
+    if not class_confirmed:
+        problems.append(
+            CatalogProblem(
+                "/enabled",
+                "the consequence class has not been confirmed by a person: keep "
+                "enabled: false, or use “Confirm class and enable” on the action list",
+            )
+        )
+    return problems
+
+
+def definition_problems(
+    name: str, definition: dict[str, Any], *, class_confirmed: bool
+) -> list[CatalogProblem]:
+    """Everything the file loader refuses, plus what stops an action being enabled."""
+    problems = validate_action_definition(name, definition)
+    seen = {p.pointer for p in problems}
+    extra = enable_problems(definition, class_confirmed=class_confirmed)
+    return problems + [p for p in extra if p.pointer not in seen]
+
+
+class ActionDefinitionForm(forms.ModelForm):
+    """An action is edited as its catalog entry, in YAML, and checked like one."""
+
+    definition_yaml = forms.CharField(
+        label="Definition (YAML)",
+        strip=False,
+        widget=forms.Textarea(
+            attrs={"rows": 40, "cols": 100, "spellcheck": "false", "class": "vLargeTextField"}
+        ),
+        help_text=(
+            "The action's entry in the catalog file format (docs/catalog.md), without its "
+            "name. Saving a change creates a new version: plans previewed under the old "
+            "one can no longer be approved or executed."
+        ),
+    )
+    # The version the person started from: a save on top of someone else's newer
+    # version is refused instead of silently replacing it.
+    based_on_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+    class Meta:
+        model = Action
+        fields = ["name"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["definition_yaml"].initial = definition_text(self.instance.definition)
+            self.fields["based_on_version"].initial = self.instance.version
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if not _slug_pattern().fullmatch(name):
+            raise ValidationError(
+                "a lowercase slug: a letter, then letters, digits, _ or - (at most 64)"
+            )
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        name = self.instance.name if self.instance.pk else cleaned.get("name")
+        text = cleaned.get("definition_yaml")
+        if not name or text is None:
+            return cleaned
+        if self.instance.pk:
+            # The admin's change view runs in a transaction: the lock holds until the new
+            # version is stored, so two people saving at once cannot both pass this check.
+            current = (
+                Action.objects.select_for_update()
+                .filter(pk=self.instance.pk)
+                .values_list("version", "updated_by")
+                .first()
+            )
+            based_on = cleaned.get("based_on_version")
+            if current is not None and based_on is not None and based_on != current[0]:
+                raise ValidationError(
+                    f"this action changed since you opened it (now version {current[0]}, "
+                    f"by {current[1] or 'someone'}); reload the page and make your change again"
+                )
+        try:
+            definition = parse_catalog_text(text, source=name)
+        except CatalogError as exc:
+            self.add_error(
+                "definition_yaml",
+                [_problem_text(p, getattr(p, "line", None)) for p in exc.problems],
+            )
+            return cleaned
+        class_confirmed = self.instance.class_confirmed if self.instance.pk else True
+        problems = definition_problems(name, definition, class_confirmed=class_confirmed)
+        if problems:
+            self.add_error(
+                "definition_yaml",
+                [_problem_text(p, _line_of(text, p.pointer)) for p in problems],
+            )
+            return cleaned
+        cleaned["definition"] = definition
+        return cleaned
+
+
+class ReadOnlyInlineFormSet(BaseInlineFormSet):
+    def save(self, commit: bool = True) -> list:
+        # History is written by action_define only; the admin never rewrites a row.
+        self.new_objects, self.changed_objects, self.deleted_objects = [], [], []
+        return []
+
+
+class ActionVersionInline(admin.TabularInline):
+    model = ActionVersion
+    formset = ReadOnlyInlineFormSet
+    fields = ["version", "changed_by", "changed_at", "digest_short"]
+    readonly_fields = fields
+    ordering = ["-version"]
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    verbose_name = "version"
+    verbose_name_plural = "version history"
+
+    @admin.display(description="digest")
+    def digest_short(self, obj: ActionVersion) -> str:
+        return obj.digest[:12]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class OpenAPIImportForm(forms.Form):
+    connector = forms.ModelChoiceField(queryset=Connector.objects.order_by("name"))
+    file = forms.FileField(label="OpenAPI document (JSON or YAML, at most 1 MiB)")
+    dry_run = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Dry run",
+        help_text="Show what would be proposed; store nothing.",
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_OPENAPI_BYTES:
+            raise ValidationError("the file is larger than 1 MiB")
+        raw = upload.read(MAX_OPENAPI_BYTES + 1)
+        if len(raw) > MAX_OPENAPI_BYTES:
+            raise ValidationError("the file is larger than 1 MiB")
+        try:
+            self.cleaned_data["text"] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValidationError("the file is not UTF-8 text") from None
+        return upload
+
 
 @admin.register(Action)
 class ActionAdmin(admin.ModelAdmin):
-    list_display = ["name", "title", "kind", "consequence_class", "version", "enabled"]
-    list_filter = ["consequence_class", "kind", "enabled"]
-    readonly_fields = ["definition", "version", "digest"]
+    form = ActionDefinitionForm
+    list_display = [
+        "name",
+        "title",
+        "kind",
+        "consequence_class",
+        "version",
+        "enabled",
+        "source",
+        "class_confirmed",
+        "lint_count",
+    ]
+    list_filter = ["enabled", "class_confirmed", "source", "consequence_class", "kind"]
+    search_fields = ["name", "title"]
+    actions = ["confirm_class_and_enable", "disable"]
+    STATE_FIELDS = [
+        "version",
+        "digest",
+        "enabled",
+        "class_confirmed",
+        "source",
+        "lint_list",
+        "updated_by",
+        "updated_at",
+    ]
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return [(None, {"fields": ["name", "definition_yaml"]})]
+        return [
+            (None, {"fields": ["name", "definition_yaml", "based_on_version"]}),
+            ("State", {"fields": self.STATE_FIELDS}),
+        ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["name", *self.STATE_FIELDS] if obj else []
+
+    def get_inlines(self, request, obj):
+        return [ActionVersionInline] if obj else []
+
+    @admin.display(description="lint")
+    def lint_count(self, obj: Action) -> int:
+        return len(obj.lint or [])
+
+    @admin.display(description="lint")
+    def lint_list(self, obj: Action) -> str:
+        items = [(i.get("pointer") or "/", i.get("message", "")) for i in obj.lint or []]
+        if not items:
+            return "—"
+        return format_html("<ul>{}</ul>", format_html_join("", "<li>{}: {}</li>", items))
+
+    def save_model(self, request, obj, form, change):
+        # Not obj.save(): the service versions the definition, keeps the history and
+        # audits. A person writing the definition here has stated its class.
+        action, result = action_define(
+            name=obj.name,
+            definition=form.cleaned_data["definition"],
+            actor=user_actor(request.user),
+            source=Action.Source.ADMIN,
+            class_confirmed=obj.class_confirmed if change else True,
+        )
+        obj.pk = action.pk
+        obj.refresh_from_db()
+        obj._state.adding = False
+        if result == "unchanged":
+            self.message_user(request, "The definition is unchanged: no new version.")
+        elif result == "updated":
+            self.message_user(
+                request,
+                f"{obj.name} is now version {obj.version}. Plans previewed under an earlier "
+                "version can no longer be approved or executed.",
+                messages.WARNING,
+            )
+
+    # --- enabling ----------------------------------------------------------------
+
+    def _set_enabled(self, request, pk, *, enabled: bool) -> None:
+        with transaction.atomic():
+            action = Action.objects.select_for_update().get(pk=pk)
+            if action.enabled == enabled and (action.class_confirmed or not enabled):
+                self.message_user(
+                    request, f"{action.name} is already {'enabled' if enabled else 'disabled'}."
+                )
+                return
+            definition = {**action.definition, "enabled": enabled}
+            if enabled:
+                problems = definition_problems(action.name, definition, class_confirmed=True)
+                if problems:
+                    self.message_user(
+                        request,
+                        f"{action.name} was not enabled: "
+                        + "; ".join(_problem_text(p) for p in problems),
+                        messages.ERROR,
+                    )
+                    return
+            # The source stays: switching an action on or off does not change where its
+            # definition came from. The new version still records who did it.
+            action, _ = action_define(
+                name=action.name,
+                definition=definition,
+                actor=user_actor(request.user),
+                source=action.source,
+                class_confirmed=True if enabled else action.class_confirmed,
+            )
+        if enabled:
+            self.message_user(
+                request,
+                f"{action.name}: consequence class “{action.get_consequence_class_display()}” "
+                f"confirmed; enabled as version {action.version}.",
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(
+                request,
+                f"{action.name} disabled (version {action.version}); its pending plans can "
+                "no longer be approved or executed.",
+                messages.SUCCESS,
+            )
+
+    @admin.action(description="Confirm class and enable", permissions=["change"])
+    def confirm_class_and_enable(self, request, queryset):
+        for pk in queryset.values_list("pk", flat=True):
+            self._set_enabled(request, pk, enabled=True)
+
+    @admin.action(description="Disable", permissions=["change"])
+    def disable(self, request, queryset):
+        for pk in queryset.values_list("pk", flat=True):
+            self._set_enabled(request, pk, enabled=False)
+
+    # --- OpenAPI import ----------------------------------------------------------
+
+    def get_urls(self):
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path(
+                "import-openapi/",
+                self.admin_site.admin_view(self.import_openapi_view),
+                name=f"{prefix}_import_openapi",
+            ),
+            *super().get_urls(),
+        ]
+
+    def import_openapi_view(self, request):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        available = _importer_available()
+        report = problems = None
+        dry_run = True
+        if request.method == "POST":
+            form = OpenAPIImportForm(request.POST, request.FILES)
+            if form.is_valid() and not available:
+                form.add_error(None, "OpenAPI import is not available in this installation.")
+            elif form.is_valid():
+                # Imported here, not at the top: the importer is optional for the admin.
+                from .openapi_import import OpenAPIImportError, import_openapi
+
+                dry_run = form.cleaned_data["dry_run"]
+                try:
+                    report = import_openapi(
+                        form.cleaned_data["text"],
+                        connector=form.cleaned_data["connector"].name,
+                        actor=user_actor(request.user),
+                        source_name=PurePath(form.cleaned_data["file"].name).name[:200],
+                        dry_run=dry_run,
+                    )
+                except OpenAPIImportError as exc:
+                    problems = list(exc.problems)
+        else:
+            form = OpenAPIImportForm()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Import actions from OpenAPI",
+            "form": form,
+            "available": available,
+            "report": report,
+            "reads": _as_list(getattr(report, "reads", None)),
+            "problems": problems,
+            "dry_run": dry_run,
+            "changelist_url": reverse("admin:actions_action_changelist"),
+        }
+        return TemplateResponse(request, "admin/actions/action/import_openapi.html", context)
+
+
+def _importer_available() -> bool:
+    return importlib.util.find_spec("actions.openapi_import") is not None
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple | set | frozenset):
+        return list(value)
+    if isinstance(value, dict):
+        return [f"{k}: {v}" for k, v in value.items()]
+    return [value]
+
+
+@admin.register(ActionVersion)
+class ActionVersionAdmin(admin.ModelAdmin):
+    """Every definition an action has had; written only by action_define."""
+
+    list_display = ["action", "version", "changed_by", "changed_at", "digest_short"]
+    list_filter = ["action"]
+    list_select_related = ["action"]
+    search_fields = ["action__name", "changed_by"]
+    fields = ["action", "version", "changed_by", "changed_at", "digest", "definition_yaml"]
+    readonly_fields = fields
+
+    @admin.display(description="digest")
+    def digest_short(self, obj: ActionVersion) -> str:
+        return obj.digest[:12]
+
+    @admin.display(description="definition")
+    def definition_yaml(self, obj: ActionVersion) -> str:
+        return format_html("<pre>{}</pre>", definition_text(obj.definition))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+# --- agents --------------------------------------------------------------------------
+
+
+class AgentForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = ["is_active", "actions", "attributes"]
+        help_texts = {
+            "attributes": (
+                'A JSON object of facts scope rules compare with, e.g. {"workspace": "ws-blue"}.'
+            ),
+        }
+
+    def clean_attributes(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("attributes")
+        if value in (None, ""):
+            return {}
+        if not isinstance(value, dict):
+            raise ValidationError("must be a JSON object")
+        for key, item in value.items():
+            if not _ATTRIBUTE_NAME.fullmatch(key):
+                raise ValidationError(
+                    f"{key!r}: attribute names are letters, digits and _ (what equals_agent names)"
+                )
+            if not isinstance(item, str | int | float | bool):
+                raise ValidationError(f"{key!r}: values are strings, numbers or booleans")
+        return value
+
+
+class AgentScopeForm(forms.ModelForm):
+    class Meta:
+        model = AgentScope
+        fields = ["action", "field", "values"]
+        help_texts = {
+            "field": "An input field of the action.",
+            "values": 'A JSON list of the values allowed, e.g. ["c-1001", "c-1002"].',
+        }
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # An empty list is refused below, with a message that says why.
+        self.fields["values"].required = False
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        action, field, values = (cleaned.get(k) for k in ("action", "field", "values"))
+        if action is None or not field:
+            return cleaned
+        input_schema = action.definition.get("input_schema") or {}
+        properties = input_schema.get("properties") or {}
+        if field not in properties:
+            known = ", ".join(sorted(properties)) or "none"
+            self.add_error("field", f"not an input field of {action.name} (its fields: {known})")
+            return cleaned
+        if "values" not in cleaned:
+            return cleaned
+        if not isinstance(values, list) or not values:
+            self.add_error("values", "must be a non-empty JSON list")
+            return cleaned
+        # bool is an int to Python (True == 1): a scope of [1] must not admit true.
+        if any(isinstance(v, bool) or not isinstance(v, str | int) for v in values):
+            self.add_error("values", "every value must be a string or an integer")
+            return cleaned
+        # A value the input schema refuses could never match; say so now, not at runtime.
+        schema = {**properties[field], "$defs": input_schema.get("$defs", {})}
+        try:
+            validator = Draft202012Validator(schema)
+            bad = [v for v in values if not validator.is_valid(v)]
+        except SchemaError:
+            bad = []
+        if bad:
+            self.add_error("values", f"not valid for {field}: {', '.join(map(repr, bad))}")
+        return cleaned
+
+
+class AgentScopeInline(admin.TabularInline):
+    model = AgentScope
+    form = AgentScopeForm
+    extra = 0
+    verbose_name = "allow-list"
+    verbose_name_plural = "allow-lists (an input field may only take these values)"
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
     list_display = ["name", "token_prefix", "is_active", "created_at", "last_used_at"]
-    exclude = ["token_hash"]
-    readonly_fields = ["token_prefix", "created_at", "last_used_at"]
+    list_filter = ["is_active"]
+    search_fields = ["name", "token_prefix"]
+    fields = [
+        "name",
+        "is_active",
+        "actions",
+        "attributes",
+        "token_prefix",
+        "created_by",
+        "created_at",
+        "last_used_at",
+    ]
+    readonly_fields = ["name", "token_prefix", "created_by", "created_at", "last_used_at"]
     filter_horizontal = ["actions"]
+    inlines = [AgentScopeInline]
+
+    def has_add_permission(self, request):
+        # `manage.py create_agent` makes the token and shows it once; only its hash is kept.
+        return False
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        agent = form.instance
+        audit_record(
+            kind="agent.changed",
+            actor=user_actor(request.user),
+            data={
+                "agent": agent.name,
+                "is_active": agent.is_active,
+                "actions": sorted(agent.actions.values_list("name", flat=True)),
+                "attributes": agent.attributes,
+                "scopes": [
+                    {"action": s.action.name, "field": s.field, "values": s.values}
+                    for s in agent.scopes.select_related("action").order_by("action__name", "field")
+                ],
+            },
+        )

@@ -76,8 +76,27 @@ _StrictLoader.add_constructor(
 )
 
 
-def parse_catalog_text(text: str, source: str) -> dict[str, Any]:
+MAX_CATALOG_BYTES = 2 * 1024 * 1024
+
+
+def _refuse_aliases(text: str) -> None:
+    """Aliases let a few bytes expand into millions of nodes ("billion laughs"); a catalog
+    has no need for them, so they are refused before anything is built."""
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases are not allowed in a catalog", event.start_mark
+            )
+
+
+def parse_catalog_text(text: str, source: str, *, allow_aliases: bool = False) -> dict[str, Any]:
+    """Parse YAML strictly. ``allow_aliases`` is for callers that bound the document's
+    size themselves (the OpenAPI importer counts nodes)."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_CATALOG_BYTES:
+        raise CatalogError(source, [CatalogProblem("", "the file is larger than 2 MiB")])
     try:
+        if not allow_aliases:
+            _refuse_aliases(text)
         document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -396,7 +415,7 @@ def action_define(
     definition: dict[str, Any],
     actor: str,
     source: str = "catalog",
-    class_confirmed: bool = True,
+    class_confirmed: bool | None = None,
     lint: list[dict[str, str]] | None = None,
 ) -> tuple[Action, str]:
     """Create or change one action from an already validated definition.
@@ -430,6 +449,21 @@ def action_define(
         existing = Action.objects.select_for_update().filter(name=name).first()
         if existing is not None and existing.digest == new_digest:
             return existing, "unchanged"
+        if class_confirmed is None:
+            # Loading a file never confirms a class nobody confirmed (an imported action
+            # stays under review until someone confirms it in the admin).
+            fields["class_confirmed"] = existing.class_confirmed if existing else True
+        if fields["enabled"] and not fields["class_confirmed"]:
+            raise CatalogError(
+                name,
+                [
+                    CatalogProblem(
+                        "/enabled",
+                        "the consequence class must be confirmed by a person before the "
+                        "action is enabled (admin: Confirm class and enable)",
+                    )
+                ],
+            )
         if existing is None:
             action = Action.objects.create(name=name, version=1, **fields)
             change = "created"
@@ -458,3 +492,20 @@ def action_define(
             },
         )
     return action, change
+
+
+def action_confirm_class(*, name: str, actor: str) -> Action:
+    """A person confirms an action's consequence class (imported actions need this)."""
+    from approvals.audit import audit_record
+
+    with transaction.atomic():
+        action = Action.objects.select_for_update().get(name=name)
+        if not action.class_confirmed:
+            Action.objects.filter(pk=action.pk).update(class_confirmed=True, updated_by=actor)
+            action.class_confirmed = True
+            audit_record(
+                kind="action.class_confirmed",
+                actor=actor,
+                data={"action": name, "consequence_class": action.consequence_class},
+            )
+    return action

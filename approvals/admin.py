@@ -11,6 +11,8 @@ class PlanAdmin(admin.ModelAdmin):
 
     list_display = ["id", "action", "agent", "status", "consequence_class", "created_at"]
     list_filter = ["status", "consequence_class"]
+    list_select_related = ["action", "agent"]
+    search_fields = ["action__name", "agent__name", "fingerprint"]
 
     def has_add_permission(self, request):
         return False
@@ -26,6 +28,8 @@ class PlanAdmin(admin.ModelAdmin):
 class AuditEventAdmin(admin.ModelAdmin):
     list_display = ["id", "at", "kind", "actor", "plan"]
     list_filter = ["kind"]
+    list_select_related = ["plan__action"]
+    search_fields = ["kind", "actor", "fingerprint"]
 
     def has_add_permission(self, request):
         return False

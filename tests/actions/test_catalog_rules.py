@@ -155,3 +155,36 @@ def test_the_refused_file_error_lists_every_problem(catalog):
     with pytest.raises(CatalogError) as info:
         load_catalog(dump(document))
     assert len(info.value.problems) == 2
+
+
+def test_yaml_aliases_are_refused(catalog):
+    text = dump(demo_document()) + "extra: &a [1, 2]\nmore: *a\n"
+    error = load_refused(text)
+    assert "aliases are not allowed" in error.problems[0].message
+
+
+def test_loading_a_file_never_confirms_an_imported_class(catalog):
+    from actions.models import Action
+
+    Action.objects.filter(name="replace_note").update(class_confirmed=False, enabled=False)
+    document = demo_document()
+    document["actions"]["replace_note"]["title"] = "Changed"
+    with pytest.raises(CatalogError) as info:
+        load_catalog(dump(document))
+    assert info.value.problems[0].pointer == "/enabled"
+    assert Action.objects.get(name="replace_note").title != "Changed"
+    document["actions"]["replace_note"]["enabled"] = False
+    load_catalog(dump(document))
+    stored = Action.objects.get(name="replace_note")
+    assert stored.title == "Changed" and stored.class_confirmed is False
+
+
+def test_confirming_a_class_is_a_recorded_decision(catalog):
+    from actions.catalog import action_confirm_class
+    from actions.models import Action
+    from approvals.models import AuditEvent
+
+    Action.objects.filter(name="replace_note").update(class_confirmed=False, enabled=False)
+    action = action_confirm_class(name="replace_note", actor="user:rita")
+    assert action.class_confirmed is True
+    assert AuditEvent.objects.filter(kind="action.class_confirmed", actor="user:rita").exists()
