@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from actions.openapi_import import ImportReport, OpenAPIImportError, import_openapi
+
+
+class Command(BaseCommand):
+    help = (
+        "Propose actions from an OpenAPI 3.0/3.1 document. Every proposal is stored "
+        "disabled, its consequence class unconfirmed, until an admin reviews it."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("file")
+        parser.add_argument("--connector", required=True, help="the connector the actions use")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="show what would be proposed; store nothing"
+        )
+        parser.add_argument(
+            "--create-connector",
+            action="store_true",
+            help="create the connector from the document's servers[0].url if it does not exist",
+        )
+        parser.add_argument("--actor", default="import_openapi", help="recorded as the author")
+
+    def handle(self, *args, file: str, connector: str, dry_run: bool, **options):
+        path = Path(file)
+        try:
+            text = path.read_bytes().decode("utf-8-sig")
+        except OSError as exc:
+            raise CommandError(f"cannot read {file}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise CommandError(f"{file}: not UTF-8 text") from None
+        try:
+            report = import_openapi(
+                text,
+                connector=connector,
+                actor=options["actor"],
+                source_name=str(path),
+                dry_run=dry_run,
+                create_connector=options["create_connector"],
+            )
+        except OpenAPIImportError as exc:
+            lines = [f"{exc.source}: the document was not imported:"]
+            lines += [f"  {problem}" for problem in exc.problems]
+            raise CommandError("\n".join(lines)) from None
+        except Exception as exc:  # noqa: BLE001 - an admin command reports, never a traceback
+            raise CommandError(f"{file}: import failed: {type(exc).__name__}: {exc}") from None
+        self.stdout.write(render_report(report))
+
+
+def render_report(report: ImportReport) -> str:
+    stored = [p for p in report.proposed if p.stored in ("created", "updated")]
+    head = f"{report.source_name} -> connector {report.connector}"
+    if report.connector_created:
+        head += " (created)"
+    head += (
+        f": {len(report.proposed)} actions proposed, {len(report.refused)} operations refused, "
+        f"{len(report.reads)} read operations"
+    )
+    lines = [head + (" [dry run: nothing stored]" if report.dry_run else "")]
+    width = max([len(p.name) for p in report.proposed] + [4])
+    for p in report.proposed:
+        review = "needs review" if p.class_source == "method" else "class declared, confirm it"
+        state = f"  [{p.stored}]" if p.stored else ""
+        lines.append(
+            f"  {p.name:<{width}}  {p.kind:<7}  {p.consequence_class:<12}  {review}  "
+            f"{p.operation}{state}"
+        )
+        if p.status_operation:
+            lines.append(f"      status operation: {p.status_operation}")
+        for warning in p.warnings:
+            lines.append(f"      ! {warning['pointer']}: {warning['message']}")
+    if report.refused:
+        lines.append("refused:")
+        for r in report.refused:
+            lines.append(f"  {r.name or '-'}  {r.operation}")
+            for reason in r.reasons:
+                lines.append(f"      x {reason['pointer']}: {reason['message']}")
+    if report.reads:
+        lines.append(
+            "read operations (observation; not stored: usable as the read or status request "
+            "of an action):"
+        )
+        lines += [f"  {read}" for read in report.reads]
+    for warning in report.warnings:
+        lines.append(f"! {warning['pointer']}: {warning['message']}")
+    if stored:
+        lines.append(
+            f"{len(stored)} actions stored disabled: an admin completes each card and "
+            "confirms its class before enabling it."
+        )
+    return "\n".join(lines)

@@ -1,0 +1,1320 @@
+"""Importing an OpenAPI 3.0/3.1 document as proposed, disabled actions.
+
+An operation is evidence about an upstream, not an action an agent may use. The importer
+reads each operation and proposes the narrowest catalog definition it can defend: a
+closed input schema with bounds, the read that serves the preview and revalidation, how
+the version is read, the conditional write or idempotency key, and a consequence class
+guessed from the method. Every proposal is stored *disabled* with its class unconfirmed;
+a person completes the card and confirms the class before any agent can use it.
+
+What cannot be made narrow is refused, not loosened: a free-form body or a URL-valued
+field turns an action back into a generic request tool. The document itself is only
+ever read: a ``$ref`` that leaves it (a URL or a file) refuses the whole document before
+anything is looked at, so importing never touches the network or the file system.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+from urllib.parse import unquote
+
+from django.db import transaction
+from jsonschema import Draft202012Validator
+
+from .canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
+from .catalog import CatalogError, CatalogProblem, parse_catalog_text, validate_action_definition
+from .models import Action, Connector
+
+MAX_TEXT_CHARS = 5_000_000
+# Bounds on the parsed document and on one operation's input schema: YAML aliases and
+# chains of $refs can make a small file expand enormously.
+MAX_DOCUMENT_NODES = 500_000
+MAX_DOCUMENT_DEPTH = 200
+MAX_SCHEMA_DEPTH = 24
+MAX_SCHEMA_NODES = 5_000
+
+METHODS = ("get", "head", "post", "put", "patch", "delete", "options", "trace")
+WRITE_METHODS = {"post", "put", "patch", "delete"}
+DEFAULT_KIND = {"post": "invoke", "put": "replace", "patch": "update", "delete": "delete"}
+DEFAULT_CLASS = {
+    "post": "external",
+    "put": "reversible",
+    "patch": "reversible",
+    "delete": "irreversible",
+}
+KINDS = ["create", "update", "replace", "delete", "invoke"]
+CLASSES = ["observation", "reversible", "external", "irreversible"]
+
+IDENTIFIER_PATTERN = "^[A-Za-z0-9_.-]{1,100}$"
+DEFAULT_MAX_LENGTH = 200
+DEFAULT_MAX_ITEMS = 100
+# Verbs that say "something happens" without saying what: a summary built on one hides
+# the effect from the reviewer and from the agent.
+VAGUE_VERBS = {"manage", "process", "handle", "do", "execute", "perform", "administer"}
+URL_FORMATS = {"uri", "url", "uri-reference", "iri", "iri-reference", "uri-template"}
+URL_NAMES = {"url", "uri", "href", "endpoint", "callback", "webhook"}
+URL_SUFFIXES = ("_url", "_uri", "_endpoint", "_href")
+VERSION_FIELDS = ("version", "revision", "etag", "_version", "_rev", "rev")
+# Headers the executor sets itself (conditions, the idempotency key, credentials, media
+# types); every other documented header is not forwarded.
+HANDLED_HEADERS = {"if-match", "if-none-match", "authorization", "content-type", "accept"}
+IDEMPOTENCY_HEADERS = {"idempotency-key", "x-idempotency-key"}
+# Keywords kept from an OpenAPI schema object; the rest (xml, discriminator, examples,
+# extensions, ...) say nothing an action's input validation needs.
+SCHEMA_KEYWORDS = (
+    "title",
+    "description",
+    "enum",
+    "const",
+    "format",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "default",
+)
+
+X_COUNTERSIGN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,63}$"},
+        "kind": {"enum": KINDS},
+        "class": {"enum": CLASSES},
+        "card": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                key: {"type": "string", "maxLength": 500}
+                for key in ("effect", "scope", "result", "consent", "retry")
+            },
+        },
+        "version": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["source"],
+            "properties": {
+                "source": {"enum": ["etag", "field", "hash"]},
+                "field": {"type": "string", "pattern": "^(/[^/]+)+$"},
+            },
+        },
+        "precondition_field": {"type": "string", "pattern": "^(/[^/]+)+$"},
+        "retry": {
+            "oneOf": [
+                {"const": "never"},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["idempotency_header"],
+                    "properties": {
+                        "idempotency_header": {
+                            "type": "string",
+                            "pattern": "^[A-Za-z][A-Za-z0-9-]{0,63}$",
+                        }
+                    },
+                },
+            ]
+        },
+        "status_operation": {"type": "string", "minLength": 1, "maxLength": 200},
+    },
+}
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+@dataclass
+class ProposedAction:
+    name: str
+    operation: str  # "PATCH /contacts/{contact_id}"
+    kind: str
+    consequence_class: str
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    # "created" | "updated" | "unchanged"; None for a dry run or when not stored.
+    stored: str | None = None
+    class_source: str = "method"  # "method" | "x-countersign"
+    status_operation: str = ""  # "getDeployment: GET /deployments/{id}"
+    definition: dict[str, Any] = field(default_factory=dict)
+    pointer: str = ""
+
+
+@dataclass
+class RefusedOperation:
+    operation: str
+    name: str
+    reasons: list[dict[str, str]]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(r["message"] for r in self.reasons)
+
+
+@dataclass
+class ImportReport:
+    proposed: list[ProposedAction] = field(default_factory=list)
+    refused: list[RefusedOperation] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)  # "getContact: GET /contacts/{id}"
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    connector: str = ""
+    source_name: str = ""
+    dry_run: bool = False
+    connector_created: bool = False
+
+    def action(self, name: str) -> ProposedAction:
+        return next(p for p in self.proposed if p.name == name)
+
+
+class OpenAPIImportError(Exception):
+    """The whole document is refused; nothing was stored."""
+
+    def __init__(self, problems: list[CatalogProblem], source: str = "<upload>") -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__(f"{source}: " + "; ".join(str(p) for p in problems))
+
+
+class _Refused(Exception):
+    def __init__(self, pointer: str, message: str) -> None:
+        super().__init__(message)
+        self.pointer = pointer
+        self.message = message
+
+
+class _FreeForm(Exception):
+    """A schema that accepts anything; the caller decides whether to drop or refuse it."""
+
+    def __init__(self, pointer: str, what: str) -> None:
+        super().__init__(what)
+        self.pointer = pointer
+        self.what = what
+
+
+def _ptr(*tokens: str | int) -> str:
+    return "".join(f"/{escape_pointer_token(t)}" for t in tokens)
+
+
+def _problem(pointer: str, message: str) -> dict[str, str]:
+    return {"pointer": pointer, "message": message}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _names(value: Any) -> list[str]:
+    return [item for item in _list(value) if isinstance(item, str)]
+
+
+# --- the document ----------------------------------------------------------------------------
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    if len(text) > MAX_TEXT_CHARS:
+        raise OpenAPIImportError(
+            [CatalogProblem("", f"the document is larger than {MAX_TEXT_CHARS} characters")],
+            source,
+        )
+    if text.lstrip().startswith("{"):
+        try:
+            document = json.loads(text, object_pairs_hook=_no_duplicates)
+        except (ValueError, _DuplicateKey) as exc:
+            raise OpenAPIImportError(
+                [CatalogProblem("", f"not valid JSON: {exc}")], source
+            ) from None
+    else:
+        try:
+            document = parse_catalog_text(text, source, allow_aliases=True)
+        except CatalogError as exc:
+            raise OpenAPIImportError(exc.problems, source) from None
+    if not isinstance(document, dict):
+        raise OpenAPIImportError([CatalogProblem("", "the document must be a mapping")], source)
+    budget = [MAX_DOCUMENT_NODES]
+    try:
+        return _plain(document, "", 0, budget)
+    except _Refused as exc:
+        raise OpenAPIImportError([CatalogProblem(exc.pointer, exc.message)], source) from None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _plain(value: Any, pointer: str, depth: int, budget: list[int]) -> Any:
+    """A fresh tree of plain JSON values: string keys (YAML reads ``202:`` as an int),
+    dates as ISO strings, no shared or recursive nodes, bounded in size."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DOCUMENT_DEPTH:
+        raise _Refused(pointer, "the document is too large or nested too deeply")
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, bool) or not isinstance(key, str | int):
+                raise _Refused(pointer, f"key {key!r} is not a string; quote it")
+            key = str(key)
+            out[key] = _plain(item, f"{pointer}/{escape_pointer_token(key)}", depth + 1, budget)
+        return out
+    if isinstance(value, list):
+        return [_plain(v, f"{pointer}/{i}", depth + 1, budget) for i, v in enumerate(value)]
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+class _Document:
+    def __init__(self, root: dict[str, Any], source: str) -> None:
+        self.root = root
+        self.source = source
+        self._check_version()
+        self._check_refs()
+        self.is_30 = str(root["openapi"]).startswith("3.0")
+
+    def _refuse(self, pointer: str, message: str) -> None:
+        raise OpenAPIImportError([CatalogProblem(pointer, message)], self.source)
+
+    def _check_version(self) -> None:
+        root = self.root
+        if "swagger" in root:
+            self._refuse(
+                "/swagger",
+                f"Swagger {root['swagger']} documents are not imported: convert the "
+                "document to OpenAPI 3.0 or 3.1 first",
+            )
+        version = root.get("openapi")
+        if not isinstance(version, str):
+            self._refuse("/openapi", "not an OpenAPI document: 'openapi: 3.x.y' is missing")
+        if not re.fullmatch(r"3\.[01]\.\d+(-[A-Za-z0-9.]+)?", version):
+            self._refuse("/openapi", f"OpenAPI {version} is not supported (3.0.x and 3.1.x are)")
+        if not isinstance(root.get("paths"), dict) or not root["paths"]:
+            self._refuse("/paths", "the document has no paths: nothing to import")
+
+    def _check_refs(self) -> None:
+        """Every reference must point inside this document, at something that exists.
+
+        Checked before anything else so that a document relying on another file or a
+        URL is refused as a whole: importing never fetches or opens anything.
+        """
+        problems: list[CatalogProblem] = []
+        stack: list[tuple[Any, str]] = [(self.root, "")]
+        while stack:
+            node, pointer = stack.pop()
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    here = f"{pointer}/{escape_pointer_token(key)}"
+                    if key in ("$ref", "$dynamicRef") and not (
+                        pointer.endswith("/properties") or isinstance(value, dict)
+                    ):
+                        problem = self._ref_problem(value)
+                        if problem:
+                            problems.append(CatalogProblem(here, problem))
+                    else:
+                        stack.append((value, here))
+            elif isinstance(node, list):
+                stack.extend((v, f"{pointer}/{i}") for i, v in enumerate(node))
+        if problems:
+            problems.sort(key=lambda p: p.pointer)
+            raise OpenAPIImportError(problems, self.source)
+
+    def _ref_problem(self, ref: Any) -> str:
+        if not isinstance(ref, str):
+            return "a $ref must be a string"
+        if not ref.startswith("#/"):
+            return (
+                f"{ref!r} leaves this document: only internal references (#/...) are "
+                "followed; bundle the document into one file first"
+            )
+        try:
+            self.resolve(ref)
+        except KeyError:
+            return f"{ref!r} points at nothing in this document"
+        return ""
+
+    def resolve(self, ref: str) -> Any:
+        node: Any = self.root
+        for raw in ref[2:].split("/"):
+            token = unquote(raw).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise KeyError(ref)
+        return node
+
+    def deref(
+        self, node: Any, pointer: str, stack: tuple[str, ...] = ()
+    ) -> tuple[Any, str, tuple[str, ...]]:
+        """Follow ``$ref`` chains; siblings of a ``$ref`` (3.1) override the target."""
+        while isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            ref = node["$ref"]
+            if ref in stack:
+                raise _Refused(
+                    pointer,
+                    f"recursive schema: {ref} refers back to itself; an action's input "
+                    "must be finite",
+                )
+            stack = (*stack, ref)
+            target = self.resolve(ref)
+            siblings = {k: v for k, v in node.items() if k != "$ref"}
+            node = {**target, **siblings} if siblings and isinstance(target, dict) else target
+            pointer = unquote(ref[1:])
+        return node, pointer, stack
+
+    def operations(self) -> list[_Operation]:
+        out = []
+        for path, item in self.root["paths"].items():
+            item_pointer = _ptr("paths", path)
+            item, _, _ = self.deref(item, item_pointer)
+            if not isinstance(item, dict):
+                continue
+            shared = _list(item.get("parameters"))
+            for method in METHODS:
+                node = item.get(method)
+                if isinstance(node, dict):
+                    out.append(_Operation(self, path, method, node, shared, item_pointer))
+        return out
+
+
+class _Operation:
+    def __init__(
+        self,
+        doc: _Document,
+        path: str,
+        method: str,
+        node: dict[str, Any],
+        shared: list[Any],
+        item_pointer: str,
+    ) -> None:
+        self.doc = doc
+        self.path = path
+        self.method = method
+        self.node = node
+        self.pointer = f"{item_pointer}/{method}"
+        self._shared = shared
+        self._item_pointer = item_pointer
+        op_id = node.get("operationId")
+        self.operation_id = op_id if isinstance(op_id, str) else ""
+        self.label = f"{method.upper()} {path}"
+
+    def describe(self) -> str:
+        return f"{self.operation_id}: {self.label}" if self.operation_id else self.label
+
+    def parameters(self) -> list[tuple[dict[str, Any], str]]:
+        """Path-level parameters overridden by operation-level ones, references followed."""
+        merged: dict[tuple[str, str], tuple[dict[str, Any], str]] = {}
+        lists = [
+            (self._shared, f"{self._item_pointer}/parameters"),
+            (_list(self.node.get("parameters")), f"{self.pointer}/parameters"),
+        ]
+        for params, base in lists:
+            for i, raw in enumerate(params):
+                param, pointer, _ = self.doc.deref(raw, f"{base}/{i}")
+                if not isinstance(param, dict) or not isinstance(param.get("name"), str):
+                    raise _Refused(pointer, "a parameter needs a name")
+                if param.get("in") not in ("path", "query", "header", "cookie"):
+                    raise _Refused(pointer, f"parameter {param['name']!r} has no valid 'in'")
+                merged[(param["name"], param["in"])] = (param, pointer)
+        return list(merged.values())
+
+    def responses(self) -> dict[str, tuple[dict[str, Any], str]]:
+        out = {}
+        for code, raw in _dict(self.node.get("responses")).items():
+            response, pointer, _ = self.doc.deref(raw, f"{self.pointer}/responses/{code}")
+            if isinstance(response, dict):
+                out[str(code).upper()] = (response, pointer)
+        return out
+
+    def response_headers(self, code_prefix: str) -> set[str]:
+        names = set()
+        for code, (response, _pointer) in self.responses().items():
+            if code.startswith(code_prefix):
+                for name in _dict(response.get("headers")):
+                    names.add(name.lower())
+        return names
+
+    def success_schema(self) -> tuple[Any, str] | None:
+        for code, (response, pointer) in sorted(self.responses().items()):
+            if not code.startswith("2"):
+                continue
+            for media, content in _dict(response.get("content")).items():
+                if _is_json(media) and isinstance(content, dict) and "schema" in content:
+                    return content["schema"], f"{pointer}/content/{escape_pointer_token(media)}"
+        return None
+
+
+def _is_json(media_type: str) -> bool:
+    base = media_type.split(";")[0].strip().lower()
+    return base == "application/json" or base.endswith("+json")
+
+
+# --- naming and linting ----------------------------------------------------------------------
+
+
+def snake_case(text: str) -> str:
+    text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", text)
+    text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text)
+    text = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
+    return re.sub(r"_+", "_", text)
+
+
+def _action_name(op: _Operation) -> tuple[str, bool]:
+    """The proposed name, and whether it came from the operationId."""
+    if op.operation_id:
+        name, from_id = snake_case(op.operation_id), True
+    else:
+        segments = [s.strip("{}") for s in op.path.split("/") if s]
+        name, from_id = snake_case("_".join([op.method, *segments])), False
+    if not name or not name[0].isalpha():
+        name = f"op_{name}"
+    return name[:64].rstrip("_-"), from_id
+
+
+def _first_word(text: str) -> str:
+    match = re.match(r"\s*([A-Za-z]+)", text)
+    return match.group(1).lower() if match else ""
+
+
+def _vague_verb(word: str) -> str:
+    for verb in VAGUE_VERBS:
+        if word in (verb, verb + "s", verb + "es", verb + "ing", verb.rstrip("e") + "ing"):
+            return verb
+    return ""
+
+
+def _is_url_name(name: str) -> bool:
+    snake = snake_case(name)
+    return snake in URL_NAMES or snake.endswith(URL_SUFFIXES) or snake in {"callback_url"}
+
+
+def _identifier(name: str) -> str:
+    """A path-template-safe input name for a path parameter."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return name
+    return snake_case(name) or "id"
+
+
+# --- schemas ---------------------------------------------------------------------------------
+
+
+class _SchemaConverter:
+    """OpenAPI schema objects → closed, bounded JSON Schema 2020-12 for action inputs.
+
+    Bounds are added where the document gives none (and each addition is a warning, so a
+    person sees what was guessed); free-form values are reported to the caller, which
+    drops an optional one and refuses a required one.
+    """
+
+    def __init__(self, doc: _Document, warn) -> None:
+        self.doc = doc
+        self.warn = warn
+        self.nodes = 0
+
+    def merge_all_of(self, node: dict[str, Any], pointer: str, stack: tuple[str, ...]) -> dict:
+        if not isinstance(node.get("allOf"), list):
+            return node
+        merged = {k: v for k, v in node.items() if k != "allOf"}
+        for i, raw in enumerate(node["allOf"]):
+            part, part_pointer, part_stack = self.doc.deref(raw, f"{pointer}/allOf/{i}", stack)
+            if not isinstance(part, dict):
+                raise _Refused(part_pointer, "allOf parts must be schema objects")
+            part = self.merge_all_of(part, part_pointer, part_stack)
+            for key, value in part.items():
+                if key == "properties" and isinstance(value, dict):
+                    merged["properties"] = {**_dict(merged.get("properties")), **value}
+                elif key == "required":
+                    merged["required"] = list(
+                        dict.fromkeys([*_names(merged.get("required")), *_names(value)])
+                    )
+                else:
+                    merged.setdefault(key, value)
+        return merged
+
+    def convert(
+        self,
+        raw: Any,
+        pointer: str,
+        *,
+        name: str,
+        stack: tuple[str, ...] = (),
+        depth: int = 0,
+        identifier: bool = False,
+    ) -> dict[str, Any]:
+        self.nodes += 1
+        if self.nodes > MAX_SCHEMA_NODES or depth > MAX_SCHEMA_DEPTH:
+            raise _Refused(pointer, "the input schema is too large or nested too deeply")
+        node, pointer, stack = self.doc.deref(raw, pointer, stack)
+        if node is True or node == {}:
+            raise _FreeForm(pointer, "free-form (any value)")
+        if not isinstance(node, dict):
+            raise _Refused(pointer, f"{name!r}: not a usable schema")
+        node = self.merge_all_of(node, pointer, stack)
+        fmt = node.get("format")
+        if isinstance(fmt, str) and fmt.lower() in URL_FORMATS:
+            raise _Refused(
+                pointer,
+                f"{name!r} is a URL (format {fmt}): a URL an agent chooses makes the "
+                "action a generic passthrough",
+            )
+        out: dict[str, Any] = {k: node[k] for k in SCHEMA_KEYWORDS if k in node}
+        types = self._types(node)
+        if self.doc.is_30:
+            for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+                if isinstance(node.get(bound), bool):
+                    out.pop(bound)
+                    if node[bound] and limit in node:
+                        out[bound] = out.pop(limit)
+            if node.get("nullable") is True:
+                if types and "null" not in types:
+                    types.append("null")
+                if isinstance(out.get("enum"), list) and None not in out["enum"]:
+                    out["enum"] = [*out["enum"], None]
+        for combinator in ("oneOf", "anyOf"):
+            if isinstance(node.get(combinator), list):
+                variants = []
+                for i, variant in enumerate(node[combinator]):
+                    try:
+                        variants.append(
+                            self.convert(
+                                variant,
+                                f"{pointer}/{combinator}/{i}",
+                                name=name,
+                                stack=stack,
+                                depth=depth + 1,
+                            )
+                        )
+                    except _FreeForm as exc:
+                        raise _Refused(
+                            exc.pointer, f"{name!r}: one of its alternatives is {exc.what}"
+                        ) from None
+                out[combinator] = variants
+        if not types and not any(k in out for k in ("enum", "const", "oneOf", "anyOf")):
+            raise _FreeForm(pointer, "free-form (no type)")
+        if types:
+            out = {"type": types[0] if len(types) == 1 else types, **out}
+        if "string" in types:
+            self._bound_string(out, pointer, name, identifier=identifier)
+        if "array" in types:
+            if "items" not in node:
+                raise _FreeForm(pointer, "an array of anything")
+            try:
+                out["items"] = self.convert(
+                    node["items"], f"{pointer}/items", name=name, stack=stack, depth=depth + 1
+                )
+            except _FreeForm as exc:
+                raise _FreeForm(exc.pointer, f"an array of {exc.what} values") from None
+            if "maxItems" not in out and not any(k in out for k in ("enum", "const")):
+                out["maxItems"] = DEFAULT_MAX_ITEMS
+                self.warn(pointer, f"{name!r}: no maxItems; proposed {DEFAULT_MAX_ITEMS}")
+        if "object" in types:
+            properties = node.get("properties")
+            if not isinstance(properties, dict) or not properties:
+                raise _FreeForm(pointer, "a free-form object")
+            if node.get("additionalProperties") is not False:
+                self.warn(
+                    pointer,
+                    f"{name!r}: closed with additionalProperties: false (unknown fields "
+                    "are refused, never passed on)",
+                )
+            out["properties"], required = self.properties(node, pointer, stack=stack, depth=depth)
+            if required:
+                out["required"] = required
+            out["additionalProperties"] = False
+        return out
+
+    def _types(self, node: dict[str, Any]) -> list[str]:
+        raw = node.get("type")
+        if isinstance(raw, str):
+            return [raw]
+        if isinstance(raw, list):
+            return [t for t in raw if isinstance(t, str)]
+        if "properties" in node or "additionalProperties" in node:
+            return ["object"]
+        if "items" in node:
+            return ["array"]
+        return []
+
+    def _bound_string(
+        self, out: dict[str, Any], pointer: str, name: str, *, identifier: bool
+    ) -> None:
+        constrained = any(k in out for k in ("enum", "const"))
+        if identifier and not constrained and not any(k in out for k in ("pattern", "format")):
+            out["pattern"] = IDENTIFIER_PATTERN
+            out.setdefault("maxLength", 100)
+            self.warn(
+                pointer,
+                f"identifier {name!r} has no pattern or enum; proposed {IDENTIFIER_PATTERN}",
+            )
+        if not constrained and "maxLength" not in out:
+            out["maxLength"] = DEFAULT_MAX_LENGTH
+            # The catalog wants a maxLength on every string; when an anchored pattern or a
+            # fixed format already bounds the value, adding one is not worth a warning.
+            if not (_bounded_pattern(out.get("pattern")) or out.get("format") in FIXED_FORMATS):
+                self.warn(
+                    pointer, f"{name!r}: string without maxLength; proposed {DEFAULT_MAX_LENGTH}"
+                )
+
+    def properties(
+        self,
+        node: dict[str, Any],
+        pointer: str,
+        *,
+        stack: tuple[str, ...],
+        depth: int,
+        skip: set[str] | None = None,
+    ) -> tuple[dict[str, Any], list[str]]:
+        required_in = _names(node.get("required"))
+        out: dict[str, Any] = {}
+        for prop, raw in _dict(node.get("properties")).items():
+            if skip and prop in skip:
+                continue
+            prop_pointer = f"{pointer}/properties/{escape_pointer_token(prop)}"
+            peek, _, _ = self.doc.deref(raw, prop_pointer, stack)
+            if isinstance(peek, dict) and peek.get("readOnly") is True:
+                continue  # set by the server: never an input
+            if _is_url_name(prop):
+                raise _Refused(
+                    prop_pointer,
+                    f"{prop!r} names a URL: a URL an agent chooses makes the action a "
+                    "generic passthrough",
+                )
+            try:
+                out[prop] = self.convert(
+                    raw,
+                    prop_pointer,
+                    name=prop,
+                    stack=stack,
+                    depth=depth + 1,
+                    identifier=_looks_like_id(prop),
+                )
+            except _FreeForm as exc:
+                if prop in required_in:
+                    raise _Refused(
+                        exc.pointer,
+                        f"required field {prop!r} is {exc.what}: a generic passthrough",
+                    ) from None
+                self.warn(exc.pointer, f"optional field {prop!r} is {exc.what}: not offered")
+        required = [r for r in required_in if r in out]
+        return out, required
+
+
+_ID_NAME = re.compile(r"(^id$|_id$|Id$)")
+FIXED_FORMATS = {"date", "date-time", "time", "uuid", "ipv4", "ipv6", "duration"}
+
+
+def _bounded_pattern(pattern: Any) -> bool:
+    """True for an anchored pattern with no unbounded repetition (``^c-[0-9]{1,10}$``)."""
+    if not isinstance(pattern, str) or not pattern.startswith("^"):
+        return False
+    core = re.sub(r"\\.", "x", pattern)  # escaped characters are literals
+    core = re.sub(r"\[[^\]]*\]", "x", core)  # so are character classes
+    if not core.endswith("$") or "|" in core:
+        return False
+    return not re.search(r"[*+]|\{\d*,\}", core)
+
+
+def _looks_like_id(name: str) -> bool:
+    return bool(_ID_NAME.search(name))
+
+
+# --- one operation → one proposal --------------------------------------------------------------
+
+
+@dataclass
+class _Draft:
+    op: _Operation
+    name: str
+    kind: str
+    consequence_class: str
+    class_source: str
+    definition: dict[str, Any]
+    warnings: list[dict[str, str]]
+    status_operation: str
+
+
+def _x_countersign(op: _Operation) -> dict[str, Any]:
+    raw = op.node.get("x-countersign")
+    if raw is None:
+        return {}
+    base = f"{op.pointer}/x-countersign"
+    validator = Draft202012Validator(X_COUNTERSIGN_SCHEMA)
+    errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        raise _Refused(base + _ptr(*error.absolute_path), f"x-countersign: {error.message}")
+    return raw
+
+
+class _Proposer:
+    def __init__(self, doc: _Document, connector: str) -> None:
+        self.doc = doc
+        self.connector = connector
+        ops = doc.operations()
+        self.operations = ops
+        self.gets_by_path = {op.path: op for op in ops if op.method == "get"}
+        self.gets_by_id = {op.operation_id: op for op in ops if op.method == "get"}
+
+    def propose(self, op: _Operation) -> _Draft:
+        warnings: list[dict[str, str]] = []
+
+        def warn(pointer: str, message: str) -> None:
+            item = _problem(pointer, message)
+            if item not in warnings:
+                warnings.append(item)
+
+        xc = _x_countersign(op)
+        name, from_id = _action_name(op)
+        if xc.get("name"):
+            name = xc["name"]
+        elif not from_id:
+            warn(op.pointer, f"no operationId: the name {name!r} was derived from the path")
+        method = op.method
+        get_op = self.gets_by_path.get(op.path)
+        kind = xc.get("kind") or DEFAULT_KIND[method]
+        if kind in ("update", "replace", "delete") and get_op is None:
+            if kind == "delete":
+                raise _Refused(
+                    op.pointer,
+                    "a delete must read its target for the preview and revalidation, and "
+                    f"no GET {op.path} is documented",
+                )
+            warn(
+                op.pointer,
+                f"no GET {op.path} to read the target: proposed as invoke (the preview "
+                "shows the request, not a before/after)",
+            )
+            kind = "invoke"
+        consequence_class = xc.get("class") or DEFAULT_CLASS[method]
+        class_source = "x-countersign" if "class" in xc else "method"
+        if op.node.get("deprecated") is True:
+            warn(op.pointer, "the operation is deprecated")
+
+        converter = _SchemaConverter(self.doc, warn)
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        target = op.path
+        documented = {"if-match": False, "if-none-match": False}
+        idempotency_header = ""
+        path_params = set(re.findall(r"\{([^{}]+)\}", op.path))
+        for param, pointer in op.parameters():
+            pname, where = param["name"], param["in"]
+            if where == "path":
+                input_name = _identifier(pname)
+                if _is_url_name(pname):
+                    raise _Refused(pointer, f"{pname!r} names a URL: generic passthrough")
+                schema = param.get("schema", {"type": "string"})
+                try:
+                    properties[input_name] = converter.convert(
+                        schema, f"{pointer}/schema", name=input_name, identifier=True
+                    )
+                except _FreeForm:
+                    properties[input_name] = converter.convert(
+                        {"type": "string"}, f"{pointer}/schema", name=input_name, identifier=True
+                    )
+                required.append(input_name)
+                if input_name != pname:
+                    target = target.replace("{" + pname + "}", "{" + input_name + "}")
+                path_params.discard(pname)
+            elif where == "query":
+                if param.get("required") is True:
+                    raise _Refused(
+                        pointer,
+                        f"required query parameter {pname!r}: catalog writes send no query string",
+                    )
+                warn(pointer, f"query parameter {pname!r} is not sent (writes have no query)")
+            elif where == "header":
+                lower = pname.lower()
+                if lower in documented:
+                    documented[lower] = True
+                elif lower in IDEMPOTENCY_HEADERS:
+                    idempotency_header = pname
+                elif lower not in HANDLED_HEADERS:
+                    strength = "required " if param.get("required") is True else ""
+                    warn(pointer, f"{strength}header {pname!r} is not forwarded by Countersign")
+            else:
+                warn(pointer, f"cookie parameter {pname!r} is not sent")
+        for missing in sorted(path_params):
+            input_name = _identifier(missing)
+            warn(op.pointer, f"path parameter {missing!r} is not documented")
+            properties[input_name] = converter.convert(
+                {"type": "string"}, op.pointer, name=input_name, identifier=True
+            )
+            required.append(input_name)
+            target = target.replace("{" + missing + "}", "{" + input_name + "}")
+
+        precondition_field = xc.get("precondition_field", "")
+        body_skip = {precondition_field[1:]} if precondition_field.count("/") == 1 else set()
+        body_props, body_required, content_type, has_body = self._body(
+            op, kind, converter, warn, skip=body_skip
+        )
+        body_template: dict[str, Any] = {}
+        for prop, schema in body_props.items():
+            body_template[prop] = {"$input": prop}
+            if prop in properties:
+                continue  # the path parameter of the same name supplies it
+            properties[prop] = schema
+            if prop in body_required:
+                required.append(prop)
+
+        definition: dict[str, Any] = {
+            "title": self._title(op, name, warn),
+            "connector": self.connector,
+            "kind": kind,
+            "consequence_class": consequence_class,
+            "enabled": False,
+        }
+        description = str(op.node.get("description") or "").strip()
+        if description:
+            definition["description"] = description[:2000]
+        definition["card"] = self._card(op, xc, warn)
+        input_schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
+        if required:
+            input_schema["required"] = list(dict.fromkeys(required))
+        input_schema["properties"] = properties
+        definition["input_schema"] = input_schema
+        definition["target"] = target
+
+        write: dict[str, Any] = {"method": method.upper()}
+        precondition = "none"
+        if kind in ("update", "replace", "delete"):
+            assert get_op is not None
+            definition["read"] = {"path": target}
+            version = xc.get("version") or self._version(op, get_op, documented, warn)
+            definition["version"] = version
+            if version["source"] == "etag":
+                precondition = "if_match"
+            elif precondition_field:
+                precondition = "field"
+                write["precondition_field"] = precondition_field
+        elif kind == "create":
+            # A PUT names the new resource, which can be read; a POST to a collection
+            # gets a server-assigned id, and reading the collection would say nothing.
+            readable = get_op is not None and method != "post"
+            definition["read"] = {"path": target} if readable else None
+            if documented["if-none-match"]:
+                precondition = "if_none_match"
+        if kind != "delete":
+            write["body"] = body_template
+            write["content_type"] = content_type
+        elif has_body:
+            warn(f"{op.pointer}/requestBody", "the request body of a delete is not sent")
+        if precondition != "none":
+            write["precondition"] = precondition
+        retry = xc.get("retry")
+        if retry == "never":
+            idempotency_header = ""
+        elif isinstance(retry, dict):
+            idempotency_header = retry["idempotency_header"]
+        if idempotency_header:
+            write["idempotency_header"] = idempotency_header
+        definition["write"] = write
+        if precondition == "none" and not idempotency_header:
+            warn(
+                op.pointer,
+                f"{method.upper()} with no idempotency key and no conditional write: a "
+                "duplicated or retried request could take effect twice, and a timeout "
+                "leaves the outcome unknown",
+            )
+        status = self._status_operation(op, xc, warn)
+        return _Draft(
+            op=op,
+            name=name,
+            kind=kind,
+            consequence_class=consequence_class,
+            class_source=class_source,
+            definition=definition,
+            warnings=warnings,
+            status_operation=status,
+        )
+
+    def _title(self, op: _Operation, name: str, warn) -> str:
+        summary = str(op.node.get("summary") or "").strip().splitlines()
+        title = summary[0].strip() if summary else ""
+        if not title:
+            warn(op.pointer, "no summary: the title was derived from the name; say what changes")
+            title = name.replace("_", " ").capitalize()
+        verb = _vague_verb(_first_word(title)) or _vague_verb(
+            snake_case(op.operation_id).split("_")[0] if op.operation_id else ""
+        )
+        if verb:
+            warn(
+                f"{op.pointer}/summary",
+                f"vague verb {verb!r}: say what changes, on which object (one action, one effect)",
+            )
+        return title[:200]
+
+    def _card(self, op: _Operation, xc: dict[str, Any], warn) -> dict[str, str]:
+        summary = str(op.node.get("summary") or "").strip()
+        description = str(op.node.get("description") or "").strip()
+        effect = summary or re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0]
+        card = {"effect": effect[:500], "scope": "", "result": "", "consent": "", "retry": ""}
+        card.update(xc.get("card") or {})
+        missing = [key for key, value in card.items() if not value.strip()]
+        if missing:
+            warn(
+                op.pointer,
+                f"card incomplete ({', '.join(missing)}): an admin completes it before enabling",
+            )
+        return card
+
+    def _body(
+        self, op: _Operation, kind: str, converter: _SchemaConverter, warn, *, skip: set[str]
+    ) -> tuple[dict[str, Any], list[str], str, bool]:
+        default_type = "application/merge-patch+json" if kind == "update" else "application/json"
+        raw = op.node.get("requestBody")
+        if raw is None:
+            if kind in ("create", "update", "replace"):
+                raise _Refused(op.pointer, f"a {kind} needs a JSON request body; none documented")
+            if kind == "invoke":
+                warn(op.pointer, "no request body documented: the action sends {}")
+            return {}, [], default_type, False
+        body, pointer, stack = self.doc.deref(raw, f"{op.pointer}/requestBody")
+        if kind == "delete":
+            return {}, [], default_type, True
+        if not isinstance(body, dict):
+            raise _Refused(pointer, "the request body is not a Request Body object")
+        content = body.get("content")
+        if not isinstance(content, dict) or not content:
+            raise _Refused(pointer, "the request body has no content: a generic passthrough")
+        media = {m.split(";")[0].strip().lower(): m for m in content}
+        preferred = ["application/merge-patch+json", "application/json"]
+        if kind != "update":
+            preferred.reverse()
+        chosen = next((m for m in preferred if m in media), None)
+        if chosen is None:
+            raise _Refused(
+                f"{pointer}/content",
+                f"request body types {sorted(media)} cannot be sent: only application/json "
+                "and application/merge-patch+json objects",
+            )
+        media_pointer = f"{pointer}/content/{escape_pointer_token(media[chosen])}"
+        entry = content[media[chosen]]
+        if not isinstance(entry, dict) or "schema" not in entry:
+            raise _Refused(media_pointer, "free-form request body (no schema): generic passthrough")
+        schema, schema_pointer, stack = self.doc.deref(
+            entry["schema"], f"{media_pointer}/schema", stack
+        )
+        if not isinstance(schema, dict):
+            raise _Refused(schema_pointer, "free-form request body: generic passthrough")
+        schema = converter.merge_all_of(schema, schema_pointer, stack)
+        for combinator in ("oneOf", "anyOf"):
+            if combinator in schema:
+                raise _Refused(
+                    schema_pointer,
+                    f"the request body is one of several shapes ({combinator}): import one "
+                    "action per shape",
+                )
+        types = converter._types(schema)
+        if types and "object" not in types:
+            raise _Refused(
+                schema_pointer, f"the request body is {types[0]}, not an object of named fields"
+            )
+        if not isinstance(schema.get("properties"), dict) or not schema["properties"]:
+            raise _Refused(
+                schema_pointer,
+                "free-form request body (an object with no named fields): generic passthrough",
+            )
+        if schema.get("additionalProperties") not in (False, None):
+            warn(schema_pointer, "extra body fields the document allows are not offered")
+        props, required = converter.properties(
+            schema, schema_pointer, stack=stack, depth=0, skip=skip
+        )
+        return props, required, chosen, True
+
+    def _version(
+        self, op: _Operation, get_op: _Operation, documented: dict[str, bool], warn
+    ) -> dict[str, str]:
+        if "etag" in get_op.response_headers("2"):
+            if not documented["if-match"]:
+                warn(
+                    op.pointer,
+                    "the read returns an ETag but the write documents no If-Match: confirm "
+                    "the upstream honours If-Match",
+                )
+            return {"source": "etag"}
+        if documented["if-match"]:
+            return {"source": "etag"}
+        found = get_op.success_schema()
+        if found is not None:
+            schema, pointer = found
+            try:
+                schema, pointer, stack = self.doc.deref(schema, pointer)
+            except _Refused:
+                schema = None
+            if isinstance(schema, dict):
+                schema = _SchemaConverter(self.doc, warn).merge_all_of(schema, pointer, stack)
+                props = _dict(schema.get("properties"))
+                for candidate in VERSION_FIELDS:
+                    if candidate in props:
+                        return {"source": "field", "field": f"/{candidate}"}
+        warn(
+            op.pointer,
+            "no ETag and no version field: the target's version is a hash of what is read "
+            "(no conditional write)",
+        )
+        return {"source": "hash"}
+
+    def _status_operation(self, op: _Operation, xc: dict[str, Any], warn) -> str:
+        responses = op.responses()
+        declared = xc.get("status_operation")
+        status_op = None
+        if declared:
+            status_op = self.gets_by_id.get(declared)
+            if status_op is None:
+                raise _Refused(
+                    f"{op.pointer}/x-countersign/status_operation",
+                    f"status_operation {declared!r} names no GET operation in this document",
+                )
+        elif "202" in responses and "location" in op.response_headers("202"):
+            base = op.path.rstrip("/")
+            for candidate in self.gets_by_path.values():
+                if candidate.path == op.path or re.fullmatch(
+                    re.escape(base) + r"/\{[^{}/]+\}", candidate.path
+                ):
+                    status_op = candidate
+                    break
+        if status_op is not None:
+            described = status_op.describe()
+            if "202" in responses:
+                warn(
+                    f"{op.pointer}/responses/202",
+                    f"202 Accepted: status operation {described} recorded; the catalog "
+                    "cannot store status requests yet, so outcomes stay pending until "
+                    "settled",
+                )
+            return described
+        if "202" in responses:
+            warn(
+                f"{op.pointer}/responses/202",
+                "202 without a status operation: outcomes would stay pending",
+            )
+        return ""
+
+
+# --- the import -----------------------------------------------------------------------------
+
+
+def import_openapi(
+    text: str,
+    *,
+    connector: str,
+    actor: str,
+    source_name: str = "<upload>",
+    dry_run: bool = False,
+    create_connector: bool = False,
+) -> ImportReport:
+    """Propose one disabled action per write operation; store them all or none.
+
+    Raises OpenAPIImportError when the document as a whole is refused (not OpenAPI 3,
+    references outside the document, unknown connector). Single operations that cannot
+    become a narrow action are listed in ``report.refused`` and not stored.
+    """
+    doc = _Document(_parse(text, source_name), source_name)
+    report = ImportReport(connector=connector, source_name=source_name, dry_run=dry_run)
+    for key in ("webhooks", "x-countersign"):
+        if key in doc.root:
+            report.warnings.append(_problem(f"/{key}", f"{key} at the top level is not imported"))
+    proposer = _Proposer(doc, connector)
+    drafts: list[_Draft] = []
+    names: dict[str, str] = {}
+    for op in proposer.operations:
+        if op.method in ("get", "head"):
+            report.reads.append(op.describe())
+            continue
+        if op.method not in WRITE_METHODS:
+            report.refused.append(
+                RefusedOperation(
+                    op.label,
+                    op.operation_id,
+                    [_problem(op.pointer, f"{op.method.upper()} is not an action")],
+                )
+            )
+            continue
+        try:
+            draft = proposer.propose(op)
+        except _Refused as exc:
+            report.refused.append(
+                RefusedOperation(
+                    op.label, _action_name(op)[0], [_problem(exc.pointer, exc.message)]
+                )
+            )
+            continue
+        except (TypeError, AttributeError, ValueError, KeyError) as exc:
+            # A part of the operation that is not shaped as OpenAPI says (a list where a
+            # mapping belongs, ...): refuse the operation rather than guess.
+            report.refused.append(
+                RefusedOperation(
+                    op.label,
+                    _action_name(op)[0],
+                    [_problem(op.pointer, f"the operation is malformed ({type(exc).__name__})")],
+                )
+            )
+            continue
+        if draft.name in names:
+            report.refused.append(
+                RefusedOperation(
+                    op.label,
+                    draft.name,
+                    [
+                        _problem(
+                            op.pointer, f"the name {draft.name!r} is already {names[draft.name]}"
+                        )
+                    ],
+                )
+            )
+            continue
+        names[draft.name] = f"proposed for {op.label}"
+        drafts.append(draft)
+
+    with transaction.atomic():
+        report.connector_created = _ensure_connector(doc, connector, create_connector)
+        accepted = _check_drafts(drafts, report)
+        if not dry_run:
+            _store(accepted, actor=actor)
+        stored_names = {p.name for p in report.proposed if p.stored in ("created", "updated")}
+        if not dry_run and (stored_names or report.connector_created):
+            from approvals.audit import audit_record
+
+            audit_record(
+                kind="openapi.imported",
+                actor=actor,
+                data={
+                    "source": source_name,
+                    "connector": connector,
+                    "connector_created": report.connector_created,
+                    "stored": sorted(stored_names),
+                    "refused": sorted(r.operation for r in report.refused),
+                },
+            )
+        if dry_run:
+            transaction.set_rollback(True)
+    return report
+
+
+def _ensure_connector(doc: _Document, name: str, create: bool) -> bool:
+    if Connector.objects.filter(name=name).exists():
+        return False
+    if not create:
+        doc._refuse("", f"unknown connector {name!r}: create it first (or pass --create-connector)")
+    if not re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", name):
+        doc._refuse("", f"{name!r} is not a connector name (lowercase slug)")
+    servers = doc.root.get("servers") or []
+    server = servers[0] if isinstance(servers, list) and servers else {}
+    url = server.get("url", "") if isinstance(server, dict) else ""
+    for var, spec in _dict(_dict(server).get("variables")).items():
+        if isinstance(spec, dict) and isinstance(spec.get("default"), str):
+            url = url.replace("{" + var + "}", spec["default"])
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^/?#@{}]+(/[^?#{}]*)?", url):
+        doc._refuse(
+            "/servers/0/url",
+            f"cannot create connector {name!r}: servers[0].url ({url!r}) is not an absolute "
+            "http(s) URL",
+        )
+    Connector.objects.create(name=name, base_url=url.rstrip("/"))
+    return True
+
+
+def _check_drafts(
+    drafts: list[_Draft], report: ImportReport
+) -> list[tuple[_Draft, ProposedAction]]:
+    """Validate every proposal with the catalog's own checks; refuse what fails."""
+    accepted = []
+    existing = {a.name: a for a in Action.objects.filter(name__in=[d.name for d in drafts])}
+    for draft in drafts:
+        problems = validate_action_definition(draft.name, draft.definition)
+        if problems:
+            report.refused.append(
+                RefusedOperation(
+                    draft.op.label,
+                    draft.name,
+                    [_problem(draft.op.pointer, f"proposed definition {p}") for p in problems],
+                )
+            )
+            continue
+        current = existing.get(draft.name)
+        if current is not None and current.source != Action.Source.OPENAPI:
+            report.refused.append(
+                RefusedOperation(
+                    draft.op.label,
+                    draft.name,
+                    [
+                        _problem(
+                            draft.op.pointer,
+                            f"an action named {draft.name!r} already exists (from "
+                            f"{current.get_source_display().lower()}): rename it with "
+                            "x-countersign: {name: ...}",
+                        )
+                    ],
+                )
+            )
+            continue
+        proposed = ProposedAction(
+            name=draft.name,
+            operation=draft.op.label,
+            kind=draft.kind,
+            consequence_class=draft.consequence_class,
+            warnings=draft.warnings,
+            class_source=draft.class_source,
+            status_operation=draft.status_operation,
+            definition=draft.definition,
+            pointer=draft.op.pointer,
+        )
+        report.proposed.append(proposed)
+        if current is not None and (current.enabled or current.class_confirmed):
+            try:
+                same = digest(normalize(draft.definition)) == current.digest
+            except CanonicalJSONError:
+                same = False
+            if same:
+                proposed.stored = "unchanged"
+            else:
+                proposed.warnings.append(
+                    _problem(
+                        draft.op.pointer,
+                        "not stored: an admin has reviewed this action; apply changes from "
+                        "the document by hand",
+                    )
+                )
+            continue
+        accepted.append((draft, proposed))
+    return accepted
+
+
+def _store(accepted: list[tuple[_Draft, ProposedAction]], *, actor: str) -> None:
+    from .catalog import action_define
+
+    for draft, proposed in accepted:
+        _, change = action_define(
+            name=draft.name,
+            definition=draft.definition,
+            actor=actor,
+            source=Action.Source.OPENAPI,
+            # The document's author may declare a class, but only a person here confirms it.
+            class_confirmed=False,
+            lint=draft.warnings,
+        )
+        proposed.stored = change

@@ -1,0 +1,996 @@
+"""Importing OpenAPI documents: proposals, refusals, lint, and nothing half-stored."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+
+from actions.catalog import load_catalog, validate_action_definition
+from actions.models import Action, ActionVersion, Connector
+from actions.openapi_import import (
+    IDENTIFIER_PATTERN,
+    ImportReport,
+    OpenAPIImportError,
+    import_openapi,
+)
+from approvals.models import AuditEvent
+from tests.conftest import DEMO_CATALOG
+
+DOCS = Path(__file__).with_name("openapi")
+
+
+def text_of(name: str) -> str:
+    return (DOCS / f"{name}.yaml").read_text()
+
+
+def run(name_or_text: str, *, connector: str = "api", **kw) -> ImportReport:
+    text = text_of(name_or_text) if "\n" not in name_or_text else name_or_text
+    return import_openapi(text, connector=connector, actor="ada", **kw)
+
+
+def messages(item) -> list[str]:
+    warnings = item.warnings if hasattr(item, "warnings") else item
+    return [w["message"] for w in warnings]
+
+
+def has_warning(item, fragment: str) -> bool:
+    return any(fragment in m for m in messages(item))
+
+
+def refused(report: ImportReport) -> dict[str, str]:
+    return {r.operation: r.reason for r in report.refused}
+
+
+def mini(paths: dict, *, version: str = "3.1.0", **extra) -> str:
+    """A small inline document."""
+    document = {"openapi": version, "info": {"title": "t", "version": "1"}, "paths": paths}
+    document.update(extra)
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+CONTACT_GET = {
+    "operationId": "getContact",
+    "responses": {
+        "200": {
+            "description": "ok",
+            "headers": {"ETag": {"schema": {"type": "string"}}},
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "properties": {"email": {"type": "string"}}}
+                }
+            },
+        }
+    },
+}
+ID_PARAM = {
+    "name": "contact_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^c-[0-9]{1,10}$"},
+}
+
+
+def json_body(schema: dict) -> dict:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def contact_patch(schema: dict | None = None, **op) -> dict:
+    body = schema or {
+        "type": "object",
+        "properties": {"email": {"type": "string", "format": "email", "maxLength": 254}},
+    }
+    return {
+        "/contacts/{contact_id}": {
+            "parameters": [ID_PARAM],
+            "get": CONTACT_GET,
+            "patch": {
+                "operationId": "updateContactEmail",
+                "summary": "Change one contact's email address",
+                "requestBody": json_body(body),
+                "responses": {"200": {"description": "ok"}},
+                **op,
+            },
+        }
+    }
+
+
+@pytest.fixture
+def api(db):
+    return Connector.objects.create(name="api", base_url="https://api.example.com")
+
+
+@pytest.fixture
+def connectors(db):
+    for name in ("deployments", "invoicing", "crm"):
+        Connector.objects.create(name=name, base_url=f"https://{name}.example.com")
+
+
+def walk_schemas(schema: dict, where: str = ""):
+    yield where, schema
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from walk_schemas(sub, f"{where}/{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from walk_schemas(schema["items"], f"{where}/items")
+
+
+# --- the three documents ---------------------------------------------------------------------
+
+
+def test_deployments_api(connectors):
+    report = run("deployments", connector="deployments")
+
+    assert [(p.name, p.operation, p.kind, p.consequence_class) for p in report.proposed] == [
+        (
+            "create_preview_deployment",
+            "POST /projects/{project_id}/deployments",
+            "invoke",
+            "external",
+        ),
+        (
+            "set_deployment_ttl",
+            "PATCH /projects/{project_id}/deployments/{deployment_id}",
+            "update",
+            "reversible",
+        ),
+        (
+            "delete_preview_deployment",
+            "DELETE /projects/{project_id}/deployments/{deployment_id}",
+            "delete",
+            "irreversible",
+        ),
+        (
+            "promote_deployment",
+            "POST /projects/{project_id}/deployments/{deployment_id}/promote",
+            "invoke",
+            "external",
+        ),
+    ]
+    assert report.refused == []
+    assert report.reads == [
+        "getBuildStatus: GET /projects/{project_id}/builds/{build_id}",
+        "listDeployments: GET /projects/{project_id}/deployments",
+        "getDeployment: GET /projects/{project_id}/deployments/{deployment_id}",
+    ]
+    assert has_warning(report.warnings, "webhooks at the top level is not imported")
+
+    create = report.action("create_preview_deployment")
+    # The class is the document's declaration; the card comes whole from x-countersign.
+    assert create.class_source == "x-countersign"
+    assert create.definition["card"]["scope"] == (
+        "One project and one build; never staging or production."
+    )
+    assert not has_warning(create, "card incomplete")
+    assert create.status_operation == (
+        "getDeployment: GET /projects/{project_id}/deployments/{deployment_id}"
+    )
+    assert has_warning(create, "202 Accepted: status operation getDeployment")
+    assert not has_warning(create, "202 without a status operation")
+    assert has_warning(create, "POST with no idempotency key and no conditional write")
+    assert create.definition["input_schema"]["required"] == ["project_id", "build_id", "reason"]
+    assert create.definition["write"] == {
+        "method": "POST",
+        "body": {"build_id": {"$input": "build_id"}, "reason": {"$input": "reason"}},
+        "content_type": "application/json",
+    }
+    assert "read" not in create.definition
+
+    ttl = report.action("set_deployment_ttl")
+    assert ttl.class_source == "method"
+    assert ttl.definition["read"] == {"path": "/projects/{project_id}/deployments/{deployment_id}"}
+    assert ttl.definition["version"] == {"source": "field", "field": "/revision"}
+    assert ttl.definition["write"]["precondition"] == "field"
+    assert ttl.definition["write"]["precondition_field"] == "/expected_revision"
+    # The expected revision is filled in by the worker, never by the agent.
+    assert set(ttl.definition["input_schema"]["properties"]) == {
+        "project_id",
+        "deployment_id",
+        "ttl_hours",
+    }
+    assert ttl.definition["write"]["body"] == {"ttl_hours": {"$input": "ttl_hours"}}
+    assert not has_warning(ttl, "no idempotency key")
+    assert ttl.definition["input_schema"]["properties"]["deployment_id"] == {
+        "type": "string",
+        "pattern": IDENTIFIER_PATTERN,
+        "maxLength": 100,
+    }
+    assert has_warning(ttl, "identifier 'deployment_id' has no pattern or enum")
+    assert has_warning(ttl, "card incomplete (scope, result, consent, retry)")
+    assert ttl.definition["card"]["effect"] == "Change how long one preview deployment is kept"
+
+    delete = report.action("delete_preview_deployment")
+    assert delete.definition["version"] == {"source": "field", "field": "/revision"}
+    assert delete.definition["write"] == {"method": "DELETE"}
+    assert has_warning(delete, "DELETE with no idempotency key and no conditional write")
+
+    promote = report.action("promote_deployment")
+    assert promote.status_operation == ""
+    assert has_warning(promote, "202 without a status operation: outcomes would stay pending")
+    note = promote.definition["input_schema"]["properties"]["note"]
+    assert note == {"type": ["string", "null"], "maxLength": 240}
+
+
+def test_invoicing_api(connectors):
+    report = run("invoicing", connector="invoicing")
+
+    assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
+        "create_invoice": ("invoke", "external"),
+        "update_invoice": ("update", "reversible"),
+        "void_invoice": ("delete", "irreversible"),
+        "send_invoice": ("invoke", "external"),
+    }
+    assert report.reads == ["getInvoice: GET /invoices/{invoice_id}"]
+    assert refused(report) == {
+        "POST /invoices/{invoice_id}/actions": "free-form request body (an object with no "
+        "named fields): generic passthrough",
+        "POST /webhooks": "'callback_url' names a URL: a URL an agent chooses makes the "
+        "action a generic passthrough",
+    }
+
+    create = report.action("create_invoice")
+    assert create.definition["write"]["idempotency_header"] == "Idempotency-Key"
+    assert not has_warning(create, "no idempotency key")
+    assert has_warning(create, "header 'X-Request-Id' is not forwarded")
+    schema = create.definition["input_schema"]
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["customer_id", "currency", "lines"]
+    # OpenAPI 3.0: nullable becomes a null type; boolean exclusiveMinimum a number.
+    assert schema["properties"]["memo"] == {"type": ["string", "null"], "maxLength": 500}
+    line = schema["properties"]["lines"]["items"]
+    assert line["additionalProperties"] is False
+    assert line["properties"]["amount_cents"] == {
+        "type": "integer",
+        "maximum": 100000000,
+        "exclusiveMinimum": 0,
+    }
+    assert schema["properties"]["lines"]["maxItems"] == 100
+    assert has_warning(create, "'lines': no maxItems; proposed 100")
+    # An open map is not offered to agents (it is optional, so the action stays usable).
+    assert "metadata" not in schema["properties"]
+    assert has_warning(create, "optional field 'metadata' is a free-form object: not offered")
+
+    update = report.action("update_invoice")
+    vague = [w for w in update.warnings if "vague verb 'manage'" in w["message"]]
+    assert vague and vague[0]["pointer"] == "/paths/~1invoices~1{invoice_id}/patch/summary"
+    # The version field is found through the response schema's allOf.
+    assert update.definition["version"] == {"source": "field", "field": "/version"}
+    assert "precondition" not in update.definition["write"]
+    assert has_warning(update, "PATCH with no idempotency key and no conditional write")
+    assert update.definition["input_schema"]["properties"]["memo"] == {
+        "type": ["string", "null"],
+        "maxLength": 200,
+    }
+    assert has_warning(update, "'memo': string without maxLength; proposed 200")
+    assert update.definition["write"]["content_type"] == "application/json"
+
+    void = report.action("void_invoice")
+    assert has_warning(void, "query parameter 'reason' is not sent")
+    assert "reason" not in void.definition["input_schema"]["properties"]
+
+    send = report.action("send_invoice")
+    assert send.definition["write"]["body"] == {}
+    assert send.definition["write"]["idempotency_header"] == "Idempotency-Key"
+    assert has_warning(send, "no request body documented")
+
+
+def test_crm_api(connectors):
+    report = run("crm", connector="crm")
+
+    assert {p.name: (p.operation, p.kind, p.consequence_class) for p in report.proposed} == {
+        "create_contact": ("POST /contacts", "create", "reversible"),
+        "update_contact": ("PATCH /contacts/{contact_id}", "update", "reversible"),
+        "replace_contact_address": ("PUT /contacts/{contact_id}", "replace", "reversible"),
+        "delete_contact": ("DELETE /contacts/{contact_id}", "delete", "irreversible"),
+    }
+    assert refused(report) == {
+        "PUT /contacts/{contact_id}/avatar": "'image_url' names a URL: a URL an agent chooses "
+        "makes the action a generic passthrough"
+    }
+    assert report.reads == ["listContacts: GET /contacts", "getContact: GET /contacts/{contact_id}"]
+
+    for name in ("update_contact", "replace_contact_address", "delete_contact"):
+        action = report.action(name)
+        assert action.definition["read"] == {"path": "/contacts/{contact_id}"}
+        # ETag on the read (through components/responses and components/headers) and
+        # If-Match on the write: a conditional write, so no "unsafe" warning.
+        assert action.definition["version"] == {"source": "etag"}
+        assert action.definition["write"]["precondition"] == "if_match"
+        assert not has_warning(action, "no conditional write")
+        assert not has_warning(action, "documents no If-Match")
+
+    update = report.action("update_contact")
+    assert update.definition["write"]["content_type"] == "application/merge-patch+json"
+    assert update.definition["input_schema"] == {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["contact_id"],
+        "properties": {
+            "contact_id": {"type": "string", "pattern": "^c-[0-9]{1,10}$", "maxLength": 200},
+            "name": {"type": "string", "minLength": 1, "maxLength": 120},
+            "email": {"type": "string", "format": "email", "maxLength": 254},
+            "phone": {
+                "type": ["string", "null"],
+                "pattern": "^\\+[0-9]{6,15}$",
+                "maxLength": 200,
+            },
+        },
+    }
+    # An anchored, bounded pattern already bounds the value: no warning for the guess.
+    assert not has_warning(update, "string without maxLength")
+
+    replace = report.action("replace_contact_address")
+    address = replace.definition["input_schema"]["properties"]["address"]
+    assert address["additionalProperties"] is False
+    assert address["required"] == ["street", "city", "country"]
+    assert has_warning(replace, "'address': closed with additionalProperties: false")
+
+    create = report.action("create_contact")
+    assert create.class_source == "x-countersign"
+    # A POST to a collection gets a server-assigned id: there is nothing to read first.
+    assert create.definition["read"] is None
+    assert "id" not in create.definition["input_schema"]["properties"]  # readOnly
+    assert has_warning(create, "POST with no idempotency key and no conditional write")
+
+
+@pytest.mark.parametrize("name", ["deployments", "invoicing", "crm"])
+def test_every_proposal_is_a_valid_narrow_definition(connectors, name):
+    report = run(name, connector=name, dry_run=True)
+    assert report.proposed
+    for proposed in report.proposed:
+        definition = proposed.definition
+        assert validate_action_definition(proposed.name, definition) == []
+        assert definition["enabled"] is False
+        assert definition["input_schema"]["additionalProperties"] is False
+        for where, schema in walk_schemas(definition["input_schema"]):
+            types = schema.get("type")
+            types = types if isinstance(types, list) else [types]
+            if "object" in types:
+                assert schema["additionalProperties"] is False, where
+            if "string" in types and not {"enum", "const"} & set(schema):
+                assert "maxLength" in schema, where
+            if "array" in types:
+                assert "maxItems" in schema, where
+
+
+# --- storing ----------------------------------------------------------------------------------
+
+
+def test_imported_actions_are_stored_disabled_and_unconfirmed(connectors):
+    report = run("crm", connector="crm", source_name="crm.yaml")
+
+    assert {p.name: p.stored for p in report.proposed} == dict.fromkeys(
+        ["create_contact", "update_contact", "replace_contact_address", "delete_contact"],
+        "created",
+    )
+    assert Action.objects.count() == 4
+    for proposed in report.proposed:
+        action = Action.objects.get(name=proposed.name)
+        assert action.enabled is False
+        assert action.class_confirmed is False
+        assert action.source == "openapi"
+        assert action.updated_by == "ada"
+        assert action.connector.name == "crm"
+        assert action.lint == proposed.warnings
+        assert action.version == 1
+        assert ActionVersion.objects.filter(action=action).count() == 1
+    # Even a class the document declares waits for a person to confirm it.
+    assert Action.objects.get(name="create_contact").class_confirmed is False
+    event = AuditEvent.objects.filter(kind="openapi.imported").get()
+    assert event.actor == "ada"
+    assert event.data["source"] == "crm.yaml"
+    assert event.data["stored"] == sorted(p.name for p in report.proposed)
+    assert event.data["refused"] == ["PUT /contacts/{contact_id}/avatar"]
+
+
+def test_importing_the_same_document_again_changes_nothing(connectors):
+    run("crm", connector="crm")
+    before = {a.name: (a.version, a.digest) for a in Action.objects.all()}
+    events = AuditEvent.objects.count()
+
+    again = run("crm", connector="crm")
+
+    assert {p.stored for p in again.proposed} == {"unchanged"}
+    assert {a.name: (a.version, a.digest) for a in Action.objects.all()} == before
+    assert AuditEvent.objects.count() == events
+
+
+def test_a_changed_operation_gets_a_new_version(connectors):
+    run("crm", connector="crm")
+    changed = text_of("crm").replace(
+        "summary: Delete one contact permanently", "summary: Delete one contact for good"
+    )
+
+    report = run(changed, connector="crm")
+
+    assert {p.name: p.stored for p in report.proposed}["delete_contact"] == "updated"
+    assert {p.name: p.stored for p in report.proposed}["update_contact"] == "unchanged"
+    action = Action.objects.get(name="delete_contact")
+    assert (action.version, action.title) == (2, "Delete one contact for good")
+
+
+def test_a_dry_run_stores_nothing(connectors):
+    events = AuditEvent.objects.count()
+
+    report = run("invoicing", connector="invoicing", dry_run=True)
+
+    assert report.dry_run
+    assert len(report.proposed) == 4
+    assert {p.stored for p in report.proposed} == {None}
+    assert Action.objects.count() == 0
+    assert AuditEvent.objects.count() == events
+
+
+def test_a_reviewed_action_is_not_overwritten(connectors):
+    run("crm", connector="crm")
+    # An admin completed the card and confirmed the class.
+    Action.objects.filter(name="delete_contact").update(class_confirmed=True)
+    before = Action.objects.get(name="delete_contact").digest
+    changed = text_of("crm").replace(
+        "summary: Delete one contact permanently", "summary: Delete one contact for good"
+    )
+
+    report = run(changed, connector="crm")
+
+    delete = report.action("delete_contact")
+    assert delete.stored is None
+    assert has_warning(delete, "an admin has reviewed this action")
+    action = Action.objects.get(name="delete_contact")
+    assert (action.version, action.digest, action.class_confirmed) == (1, before, True)
+
+
+def test_a_name_taken_by_a_catalog_action_is_refused(db):
+    load_catalog(DEMO_CATALOG.read_text())
+    before = Action.objects.get(name="update_contact_email")
+
+    report = run(mini(contact_patch()), connector="demo")
+
+    assert report.proposed == []
+    assert "an action named 'update_contact_email' already exists (from catalog file)" in (
+        report.refused[0].reason
+    )
+    after = Action.objects.get(name="update_contact_email")
+    assert (after.version, after.digest, after.source) == (before.version, before.digest, "catalog")
+
+
+# --- whole-document refusals ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "https://schemas.example.com/contact.yaml#/Contact",
+        "./schemas/contact.yaml#/Contact",
+        "contact.yaml",
+        "#Contact",
+    ],
+)
+def test_a_reference_outside_the_document_refuses_all_of_it(api, ref):
+    paths = contact_patch()
+    paths["/notes"] = {
+        "post": {
+            "operationId": "createNote",
+            "requestBody": json_body({"$ref": ref}),
+            "responses": {"201": {"description": "ok"}},
+        }
+    }
+
+    with pytest.raises(OpenAPIImportError) as info:
+        run(mini(paths))
+
+    [problem] = info.value.problems
+    assert problem.pointer == (
+        "/paths/~1notes/post/requestBody/content/application~1json/schema/$ref"
+    )
+    assert "only internal references (#/...) are followed" in problem.message
+    # The good operation was not stored either.
+    assert Action.objects.count() == 0
+
+
+def test_every_outside_reference_is_named(api):
+    paths = contact_patch(
+        {"$ref": "https://example.com/a.json"},
+        parameters=[{"$ref": "common.yaml#/parameters/Trace"}],
+    )
+    with pytest.raises(OpenAPIImportError) as info:
+        run(mini(paths))
+    assert len(info.value.problems) == 2
+
+
+def test_a_dangling_reference_refuses_the_document(api):
+    with pytest.raises(OpenAPIImportError, match="points at nothing in this document"):
+        run(mini(contact_patch({"$ref": "#/components/schemas/Missing"})))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "swagger: '2.0'\ninfo: {title: t, version: '1'}\npaths: {}\n",
+            "Swagger 2.0 documents are not imported: convert the document to OpenAPI 3.0 or 3.1",
+        ),
+        ("openapi: 3.2.0\npaths: {/a: {}}\n", "OpenAPI 3.2.0 is not supported"),
+        ("info: {title: t}\npaths: {/a: {}}\n", "not an OpenAPI document"),
+        ("openapi: 3.1.0\npaths: {}\n", "the document has no paths"),
+        ("- just\n- a list\n", "must hold a mapping"),
+        ("openapi: 3.1.0\npaths: {/a: [\n", "not valid YAML"),
+        ("openapi: 3.1.0\nopenapi: 3.0.0\npaths: {}\n", "duplicate key"),
+        ('{"openapi": "3.1.0", "openapi": "3.0.0"}', "duplicate key"),
+        ("a: &a [*a, *a]\nopenapi: 3.1.0\n", "too large or nested too deeply"),
+    ],
+)
+def test_documents_that_are_refused_whole(api, text, message):
+    with pytest.raises(OpenAPIImportError) as info:
+        import_openapi(text, connector="api", actor="ada")
+    assert message in str(info.value)
+    assert Action.objects.count() == 0
+
+
+def test_an_unknown_connector_refuses_the_import(db):
+    with pytest.raises(OpenAPIImportError, match="unknown connector 'crm'"):
+        run("crm", connector="crm")
+    assert Connector.objects.count() == 0
+    assert Action.objects.count() == 0
+
+
+def test_the_connector_can_be_created_from_the_servers_entry(db):
+    report = run("crm", connector="crm", create_connector=True)
+
+    assert report.connector_created
+    # The server variable's default is filled in.
+    assert Connector.objects.get(name="crm").base_url == "https://crm.example.com/api/v7"
+    assert Action.objects.filter(connector__name="crm").count() == 4
+
+
+def test_a_dry_run_does_not_create_the_connector(db):
+    report = run("crm", connector="crm", create_connector=True, dry_run=True)
+    assert report.connector_created and len(report.proposed) == 4
+    assert Connector.objects.count() == 0
+
+
+def test_a_relative_server_cannot_become_a_connector(db):
+    text = mini(contact_patch(), servers=[{"url": "/v1"}])
+    with pytest.raises(OpenAPIImportError, match="servers\\[0\\].url \\('/v1'\\) is not an"):
+        import_openapi(text, connector="crm", actor="ada", create_connector=True)
+    assert Connector.objects.count() == 0
+
+
+def test_json_documents_are_accepted(api):
+    document = yaml.safe_load(mini(contact_patch()))
+    report = import_openapi(json.dumps(document), connector="api", actor="ada", dry_run=True)
+    assert [p.name for p in report.proposed] == ["update_contact_email"]
+
+
+# --- single operations refused ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "request_body, reason",
+    [
+        (
+            {"content": {"application/json": {}}},
+            "free-form request body (no schema): generic passthrough",
+        ),
+        (
+            json_body({"type": "object"}),
+            "free-form request body (an object with no named fields): generic passthrough",
+        ),
+        (
+            json_body({"type": "object", "additionalProperties": {"type": "string"}}),
+            "free-form request body (an object with no named fields)",
+        ),
+        (json_body({"type": "array", "items": {"type": "string"}}), "is array, not an object"),
+        (
+            json_body({"oneOf": [{"type": "object", "properties": {"a": {"type": "string"}}}]}),
+            "one of several shapes (oneOf)",
+        ),
+        (
+            {"content": {"multipart/form-data": {"schema": {"type": "object"}}}},
+            "request body types ['multipart/form-data'] cannot be sent",
+        ),
+        (
+            json_body(
+                {
+                    "type": "object",
+                    "required": ["payload"],
+                    "properties": {"payload": {"type": "object"}},
+                }
+            ),
+            "required field 'payload' is a free-form object: a generic passthrough",
+        ),
+        (
+            json_body({"type": "object", "properties": {"target": {"type": "string"}}}),
+            None,
+        ),
+        (
+            json_body(
+                {"type": "object", "properties": {"link": {"type": "string", "format": "url"}}}
+            ),
+            "'link' is a URL (format url)",
+        ),
+        (
+            json_body(
+                {"type": "object", "properties": {"endpoint": {"type": "string", "maxLength": 9}}}
+            ),
+            "'endpoint' names a URL",
+        ),
+        (
+            json_body(
+                {
+                    "type": "object",
+                    "properties": {"hooks": {"type": "array", "items": {"type": "string"}}},
+                    "required": ["hooks"],
+                }
+            ),
+            None,
+        ),
+    ],
+)
+def test_operations_that_would_be_a_generic_passthrough_are_refused(api, request_body, reason):
+    paths = {
+        "/messages": {
+            "post": {
+                "operationId": "sendMessage",
+                "summary": "Send one message",
+                "requestBody": request_body,
+                "responses": {"200": {"description": "ok"}},
+            }
+        }
+    }
+    report = run(mini(paths))
+    if reason is None:
+        assert [p.name for p in report.proposed] == ["send_message"]
+        return
+    assert report.proposed == []
+    assert reason in refused(report)["POST /messages"]
+    assert Action.objects.count() == 0
+
+
+def test_a_url_path_parameter_is_refused(api):
+    paths = {
+        "/fetch/{url}": {
+            "post": {
+                "operationId": "fetchUrl",
+                "parameters": [
+                    {"name": "url", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {"200": {"description": "ok"}},
+            }
+        }
+    }
+    assert "'url' names a URL" in refused(run(mini(paths)))["POST /fetch/{url}"]
+
+
+def test_a_recursive_schema_refuses_only_its_operation(api):
+    paths = contact_patch()
+    paths["/folders"] = {
+        "post": {
+            "operationId": "createFolder",
+            "requestBody": json_body({"$ref": "#/components/schemas/Folder"}),
+            "responses": {"201": {"description": "ok"}},
+        }
+    }
+    components = {
+        "schemas": {
+            "Folder": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": 50},
+                    "children": {"type": "array", "items": {"$ref": "#/components/schemas/Folder"}},
+                },
+            }
+        }
+    }
+
+    report = run(mini(paths, components=components))
+
+    assert [p.name for p in report.proposed] == ["update_contact_email"]
+    assert (
+        "recursive schema: #/components/schemas/Folder refers back to itself"
+        in (refused(report)["POST /folders"])
+    )
+    assert list(Action.objects.values_list("name", flat=True)) == ["update_contact_email"]
+
+
+def test_a_required_query_parameter_is_refused(api):
+    op = {"parameters": [{"name": "notify", "in": "query", "required": True, "schema": {}}]}
+    report = run(mini(contact_patch(**op)))
+    assert "required query parameter 'notify'" in refused(report)["PATCH /contacts/{contact_id}"]
+
+
+def test_a_delete_without_a_read_is_refused_and_a_patch_becomes_an_invoke(api):
+    paths = {
+        "/tags/{tag_id}": {
+            "parameters": [{**ID_PARAM, "name": "tag_id"}],
+            "delete": {"operationId": "deleteTag", "responses": {"204": {"description": "ok"}}},
+            "patch": {
+                "operationId": "renameTag",
+                "summary": "Rename one tag",
+                "requestBody": json_body(
+                    {"type": "object", "properties": {"label": {"type": "string"}}}
+                ),
+                "responses": {"200": {"description": "ok"}},
+            },
+        }
+    }
+    report = run(mini(paths))
+
+    assert "a delete must read its target" in refused(report)["DELETE /tags/{tag_id}"]
+    rename = report.action("rename_tag")
+    assert (rename.kind, rename.consequence_class) == ("invoke", "reversible")
+    assert rename.definition["write"]["method"] == "PATCH"
+    assert has_warning(rename, "no GET /tags/{tag_id} to read the target: proposed as invoke")
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"responses": "ok"}, None),
+        ({"parameters": True}, None),
+        ({"requestBody": ["not", "a", "mapping"]}, "the request body is not a Request Body object"),
+        (
+            {"requestBody": json_body({"type": "object", "properties": {"a": 5}})},
+            "'a': not a usable schema",
+        ),
+        (
+            {"requestBody": json_body({"allOf": [{"required": [{}]}, "x"]})},
+            "allOf parts must be schema objects",
+        ),
+    ],
+)
+def test_a_malformed_operation_is_refused_not_a_crash(api, change, reason):
+    report = run(mini(contact_patch(**change)), dry_run=True)
+    if reason is None:
+        assert [p.name for p in report.proposed] == ["update_contact_email"]
+    else:
+        assert report.proposed == []
+        assert refused(report) == {"PATCH /contacts/{contact_id}": reason}
+
+
+def test_options_and_trace_are_not_actions(api):
+    paths = contact_patch()
+    paths["/contacts/{contact_id}"]["options"] = {"responses": {"200": {"description": "ok"}}}
+    report = run(mini(paths))
+    assert refused(report) == {"OPTIONS /contacts/{contact_id}": "OPTIONS is not an action"}
+
+
+def test_two_operations_with_one_name(api):
+    paths = contact_patch()
+    paths["/people/{contact_id}"] = contact_patch()["/contacts/{contact_id}"]
+    report = run(mini(paths))
+    assert [p.operation for p in report.proposed] == ["PATCH /contacts/{contact_id}"]
+    assert (
+        "the name 'update_contact_email' is already proposed for PATCH /contacts"
+        in (refused(report)["PATCH /people/{contact_id}"])
+    )
+
+
+# --- proposals and lint -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "summary, verb",
+    [
+        ("Manage contacts", "manage"),
+        ("Process a contact change", "process"),
+        ("Handles contact updates", "handle"),
+        ("Perform a contact operation", "perform"),
+        ("Change one contact's email address", None),
+    ],
+)
+def test_vague_verbs_in_summaries(api, summary, verb):
+    report = run(mini(contact_patch(summary=summary)), dry_run=True)
+    action = report.action("update_contact_email")
+    assert has_warning(action, f"vague verb '{verb}'") is (verb is not None)
+    assert action.definition["title"] == summary
+
+
+def test_a_missing_operation_id_and_summary(api):
+    paths = contact_patch()
+    del paths["/contacts/{contact_id}"]["patch"]["operationId"]
+    del paths["/contacts/{contact_id}"]["patch"]["summary"]
+
+    report = run(mini(paths), dry_run=True)
+
+    action = report.action("patch_contacts_contact_id")
+    assert has_warning(action, "no operationId: the name 'patch_contacts_contact_id' was derived")
+    assert has_warning(action, "no summary")
+    assert action.definition["title"] == "Patch contacts contact id"
+
+
+def test_an_etag_without_if_match_is_flagged(api):
+    report = run(mini(contact_patch()), dry_run=True)
+    action = report.action("update_contact_email")
+    assert action.definition["version"] == {"source": "etag"}
+    assert action.definition["write"]["precondition"] == "if_match"
+    assert has_warning(action, "the read returns an ETag but the write documents no If-Match")
+
+
+def test_no_version_at_all_falls_back_to_a_hash(api):
+    paths = contact_patch()
+    paths["/contacts/{contact_id}"]["get"] = {
+        "operationId": "getContact",
+        "responses": {"200": {"description": "ok"}},
+    }
+    report = run(mini(paths), dry_run=True)
+    action = report.action("update_contact_email")
+    assert action.definition["version"] == {"source": "hash"}
+    assert has_warning(action, "no ETag and no version field")
+    assert has_warning(action, "PATCH with no idempotency key and no conditional write")
+
+
+def test_x_countersign_declares_class_kind_card_version_and_retry(api):
+    op = {
+        "parameters": [{"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}}],
+        "x-countersign": {
+            "name": "change_contact_email",
+            "class": "external",
+            "card": {"consent": "Two people.", "retry": "Never."},
+            "version": {"source": "hash"},
+            "retry": "never",
+        },
+    }
+    report = run(mini(contact_patch(**op)), dry_run=True)
+    action = report.action("change_contact_email")
+    assert (action.consequence_class, action.class_source) == ("external", "x-countersign")
+    assert action.definition["version"] == {"source": "hash"}
+    assert "precondition" not in action.definition["write"]
+    # The document says the upstream does not honour the key it documents.
+    assert "idempotency_header" not in action.definition["write"]
+    assert action.definition["card"]["consent"] == "Two people."
+    assert has_warning(action, "card incomplete (scope, result)")
+
+    declared = {"x-countersign": {"retry": {"idempotency_header": "X-Request-Key"}}}
+    report = run(mini(contact_patch(**declared)), dry_run=True)
+    action = report.action("update_contact_email")
+    assert action.definition["write"]["idempotency_header"] == "X-Request-Key"
+
+
+@pytest.mark.parametrize(
+    "extension, message",
+    [
+        ({"clas": "external"}, "x-countersign: Additional properties are not allowed"),
+        ({"class": "harmless"}, "x-countersign: 'harmless' is not one of"),
+        ({"status_operation": "getNothing"}, "status_operation 'getNothing' names no GET"),
+    ],
+)
+def test_a_bad_x_countersign_refuses_its_operation(api, extension, message):
+    report = run(mini(contact_patch(**{"x-countersign": extension})))
+    assert message in refused(report)["PATCH /contacts/{contact_id}"]
+
+
+def test_a_202_with_location_finds_its_status_operation(api):
+    paths = {
+        "/exports": {
+            "post": {
+                "operationId": "startExport",
+                "summary": "Start one export of a workspace's contacts",
+                "parameters": [
+                    {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}}
+                ],
+                "requestBody": json_body(
+                    {
+                        "type": "object",
+                        "properties": {"workspace": {"type": "string", "enum": ["ws-blue"]}},
+                    }
+                ),
+                "responses": {
+                    "202": {"description": "queued", "headers": {"Location": {"schema": {}}}}
+                },
+            }
+        },
+        "/exports/{export_id}": {
+            "get": {
+                "operationId": "getExport",
+                "parameters": [{**ID_PARAM, "name": "export_id"}],
+                "responses": {"200": {"description": "ok"}},
+            }
+        },
+    }
+    report = run(mini(paths), dry_run=True)
+    action = report.action("start_export")
+    assert action.status_operation == "getExport: GET /exports/{export_id}"
+    assert not has_warning(action, "202 without a status operation")
+    assert not has_warning(action, "no idempotency key")
+
+
+def test_path_parameters_become_template_safe_inputs(api):
+    paths = {
+        "/notes/{note-id}": {
+            "parameters": [
+                {"name": "note-id", "in": "path", "required": True, "schema": {"type": "integer"}}
+            ],
+            "get": {"operationId": "getNote", "responses": {"200": {"description": "ok"}}},
+            "put": {
+                "operationId": "replaceNote",
+                "summary": "Replace the text of one note",
+                "requestBody": json_body(
+                    {
+                        "type": "object",
+                        "required": ["text"],
+                        "properties": {"text": {"type": "string", "maxLength": 2000}},
+                    }
+                ),
+                "responses": {"200": {"description": "ok"}},
+            },
+        }
+    }
+    action = run(mini(paths), dry_run=True).action("replace_note")
+    assert action.definition["target"] == "/notes/{note_id}"
+    assert action.definition["read"] == {"path": "/notes/{note_id}"}
+    assert action.definition["input_schema"]["properties"]["note_id"] == {"type": "integer"}
+    assert action.definition["input_schema"]["required"] == ["note_id", "text"]
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def call(*args: str) -> str:
+    out = io.StringIO()
+    call_command("import_openapi", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_command_prints_one_line_per_operation(connectors):
+    output = call(str(DOCS / "invoicing.yaml"), "--connector", "invoicing")
+    lines = output.splitlines()
+
+    assert lines[0].endswith(
+        "invoicing.yaml -> connector invoicing: 4 actions proposed, 2 operations refused, "
+        "1 read operations"
+    )
+    update = next(line for line in lines if line.lstrip().startswith("update_invoice"))
+    assert update.split() == [
+        "update_invoice",
+        "update",
+        "reversible",
+        "needs",
+        "review",
+        "PATCH",
+        "/invoices/{invoice_id}",
+        "[created]",
+    ]
+    warnings = lines[lines.index(update) + 1 :]
+    assert any(
+        "! /paths/~1invoices~1{invoice_id}/patch/summary: vague verb 'manage'" in line
+        for line in warnings[:8]
+    )
+    assert "refused:" in lines
+    assert "  process_invoice_action  POST /invoices/{invoice_id}/actions" in lines
+    assert any(line.startswith("      x ") and "free-form request body" in line for line in lines)
+    assert "  getInvoice: GET /invoices/{invoice_id}" in lines
+    assert lines[-1].startswith("4 actions stored disabled")
+    assert Action.objects.count() == 4
+
+
+def test_the_command_dry_run_and_create_connector(db):
+    output = call(str(DOCS / "crm.yaml"), "--connector", "crm", "--dry-run", "--create-connector")
+    assert "connector crm (created)" in output
+    assert "[dry run: nothing stored]" in output
+    assert "create_contact" in output and "class declared, confirm it" in output
+    assert Action.objects.count() == 0
+    assert Connector.objects.count() == 0
+
+
+def test_the_command_refuses_whole_documents_without_a_traceback(api, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(mini(contact_patch({"$ref": "https://example.com/x.json"})))
+    with pytest.raises(CommandError) as info:
+        call(str(bad), "--connector", "api")
+    message = str(info.value)
+    assert message.startswith(f"{bad}: the document was not imported:\n  /paths/")
+    assert "leaves this document" in message
+    assert "Traceback" not in message
+
+    with pytest.raises(CommandError, match="cannot read .*missing.yaml"):
+        call(str(tmp_path / "missing.yaml"), "--connector", "api")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(CommandError, match="not UTF-8"):
+        call(str(binary), "--connector", "api")
+    with pytest.raises(CommandError, match="unknown connector 'nope'"):
+        call(str(DOCS / "crm.yaml"), "--connector", "nope")
+    assert Action.objects.count() == 0
