@@ -39,7 +39,7 @@ from .catalog import (
     validate_catalog,
 )
 from .export import definition_text
-from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential
+from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential, VaultState
 
 CARD_FIELDS = ("effect", "scope", "result", "consent", "retry")
 MAX_OPENAPI_BYTES = 1024 * 1024
@@ -632,7 +632,7 @@ class ActionVersionAdmin(admin.ModelAdmin):
 class AgentForm(forms.ModelForm):
     class Meta:
         model = Agent
-        fields = ["is_active", "actions", "attributes"]
+        fields = ["is_active", "expires_at", "actions", "attributes"]
         help_texts = {
             "attributes": (
                 'A JSON object of facts scope rules compare with, e.g. {"workspace": "ws-blue"}.'
@@ -712,12 +712,22 @@ class AgentScopeInline(admin.TabularInline):
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AgentForm
-    list_display = ["name", "token_prefix", "is_active", "created_at", "last_used_at"]
+    list_display = [
+        "name",
+        "token_prefix",
+        "is_active",
+        "expires_at",
+        "revoked_at",
+        "created_at",
+        "last_used_at",
+    ]
     list_filter = ["is_active"]
     search_fields = ["name", "token_prefix"]
     fields = [
         "name",
         "is_active",
+        "expires_at",
+        "revoked_at",
         "actions",
         "attributes",
         "token_prefix",
@@ -725,7 +735,14 @@ class AgentAdmin(admin.ModelAdmin):
         "created_at",
         "last_used_at",
     ]
-    readonly_fields = ["name", "token_prefix", "created_by", "created_at", "last_used_at"]
+    readonly_fields = [
+        "name",
+        "token_prefix",
+        "revoked_at",
+        "created_by",
+        "created_at",
+        "last_used_at",
+    ]
     filter_horizontal = ["actions"]
     inlines = [AgentScopeInline]
 
@@ -750,3 +767,41 @@ class AgentAdmin(admin.ModelAdmin):
                 ],
             },
         )
+
+
+# --- the vault lock ------------------------------------------------------------------
+
+
+@admin.register(VaultState)
+class VaultStateAdmin(admin.ModelAdmin):
+    """The vault lock switch. While locked the executor refuses every execution."""
+
+    list_display = ["__str__", "locked", "changed_at", "changed_by", "reason"]
+    fields = ["locked", "changed_at", "changed_by", "reason"]
+    readonly_fields = fields
+    actions = ["lock_vault", "unlock_vault"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        # The singleton row exists from the first visit, so the actions have a target.
+        VaultState.objects.get_or_create(id=VaultState.SINGLETON_ID)
+        return super().changelist_view(request, extra_context)
+
+    @admin.action(description="Lock the vault (refuse every execution)", permissions=["change"])
+    def lock_vault(self, request, queryset):
+        from .services import vault_set_locked
+
+        vault_set_locked(locked=True, actor=user_actor(request.user), reason="admin")
+        self.message_user(request, "The vault is locked: executions are refused.", messages.WARNING)
+
+    @admin.action(description="Unlock the vault", permissions=["change"])
+    def unlock_vault(self, request, queryset):
+        from .services import vault_set_locked
+
+        vault_set_locked(locked=False, actor=user_actor(request.user), reason="admin")
+        self.message_user(request, "The vault is unlocked.", messages.SUCCESS)

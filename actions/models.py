@@ -201,7 +201,12 @@ class Agent(models.Model):
     token_prefix = models.CharField(max_length=16)
     token_hash = models.CharField(max_length=64, unique=True)
     actions = models.ManyToManyField(Action, related_name="agents", blank=True)
-    is_active = models.BooleanField(default=True)
+    # New agents start inactive: a person activates them (admin, or create_agent --activate).
+    is_active = models.BooleanField(default=False)
+    # A token past this time no longer authenticates; None = no expiry.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Set by `manage.py revoke_agent`: the token never authenticates again.
+    revoked_at = models.DateTimeField(null=True, blank=True)
     # Facts about the agent that scope rules compare with the target, e.g.
     # {"workspace": "ws-blue"} for a rule {pointer: /workspace, equals_agent: workspace}.
     attributes = models.JSONField(default=dict, blank=True)
@@ -239,3 +244,35 @@ class AgentScope(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent.name}: {self.action.name}.{self.field} in {self.values}"
+
+
+class VaultState(models.Model):
+    """The vault lock: one row (id 1) every web and worker process reads.
+
+    While ``locked`` is true the executor refuses every execution, checked when a plan
+    is claimed and once more right before the write leaves. Kept in the database, not in
+    settings or a cache, so every process on every machine sees the same switch.
+    """
+
+    SINGLETON_ID = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON_ID, editable=False)
+    locked = models.BooleanField(default=False)
+    changed_at = models.DateTimeField(null=True, blank=True)
+    changed_by = models.CharField(max_length=150, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        verbose_name = "vault state"
+        verbose_name_plural = "vault state"
+        constraints = [
+            models.CheckConstraint(condition=Q(id=1), name="vault_state_singleton"),
+        ]
+
+    def __str__(self) -> str:
+        return "vault locked" if self.locked else "vault unlocked"
+
+    @classmethod
+    def is_locked(cls) -> bool:
+        """One indexed read; no row yet means never locked."""
+        return cls.objects.filter(id=cls.SINGLETON_ID, locked=True).exists()

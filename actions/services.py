@@ -5,20 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.audit import audit_record
 
 from .exceptions import NotFound
-from .models import Action, Agent, Connector, Credential
+from .models import Action, Agent, Connector, Credential, VaultState
 from .tokens import new_token, token_hash
 from .vault import seal
 
 
 def agent_create(
-    *, name: str, action_names: list[str], created_by=None, actor: str = "system"
+    *,
+    name: str,
+    action_names: list[str],
+    created_by=None,
+    actor: str = "system",
+    active: bool = False,
+    expires_at=None,
 ) -> tuple[Agent, str]:
-    """Create an agent; returns it with its bearer token (the only time it exists in clear)."""
+    """Create an agent; returns it with its bearer token (the only time it exists in clear).
+
+    The agent is inactive unless ``active``: an admin turns it on after checking what it
+    may do (scripts and the demo pass ``active=True``)."""
     actions = list(Action.objects.filter(name__in=action_names))
     missing = sorted(set(action_names) - {a.name for a in actions})
     if missing:
@@ -26,7 +36,12 @@ def agent_create(
     token, prefix, digest = new_token()
     with transaction.atomic():
         agent = Agent.objects.create(
-            name=name, token_prefix=prefix, token_hash=digest, created_by=created_by
+            name=name,
+            token_prefix=prefix,
+            token_hash=digest,
+            created_by=created_by,
+            is_active=active,
+            expires_at=expires_at,
         )
         agent.actions.set(actions)
         audit_record(
@@ -36,19 +51,26 @@ def agent_create(
                 "agent": name,
                 "actions": sorted(a.name for a in actions),
                 "token_prefix": prefix,
+                "active": active,
+                "expires_at": expires_at.isoformat() if expires_at else None,
             },
         )
     return agent, token
 
 
 def agent_authenticate(token: str) -> Agent | None:
-    """The active agent holding ``token``, or None. Records when it was last used."""
+    """The active, unrevoked, unexpired agent holding ``token``, or None. Records when it
+    was last used."""
     if not token or len(token) > 200:
         return None
-    agent = Agent.objects.filter(token_hash=token_hash(token), is_active=True).first()
+    now = timezone.now()
+    agent = (
+        Agent.objects.filter(token_hash=token_hash(token), is_active=True, revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .first()
+    )
     if agent is None:
         return None
-    now = timezone.now()
     # Narrow, throttled write: at most once a minute per agent.
     if agent.last_used_at is None or (now - agent.last_used_at).total_seconds() > 60:
         Agent.objects.filter(pk=agent.pk).update(last_used_at=now)
@@ -84,3 +106,74 @@ def credential_set(
             data={"connector": connector.name, "role": role, "credential": str(credential.id)},
         )
     return credential
+
+
+def agent_revoke(*, name: str, actor: str = "system") -> Agent:
+    """Revoke an agent's token for good: it never authenticates again. Its plans stay
+    for the record; one already approved still runs (the approval was a person's)."""
+    now = timezone.now()
+    with transaction.atomic():
+        agent = Agent.objects.select_for_update().filter(name=name).first()
+        if agent is None:
+            raise NotFound(f"no agent named {name!r}")
+        if agent.revoked_at is None:
+            agent.revoked_at = now
+            agent.is_active = False
+            agent.save(update_fields=["revoked_at", "is_active"])
+            audit_record(
+                kind="agent.revoked",
+                actor=actor,
+                data={"agent": agent.name, "token_prefix": agent.token_prefix},
+            )
+    return agent
+
+
+def credential_revoke(*, connector_name: str, role: str, actor: str = "system") -> int:
+    """Revoke every live credential of (connector, role). The next execution that needs
+    one is refused before sending. Returns how many were revoked."""
+    if role not in Credential.Role.values:
+        raise NotFound(f"no credential role {role!r} (read or write)")
+    connector = Connector.objects.filter(name=connector_name).first()
+    if connector is None:
+        raise NotFound(f"no connector named {connector_name!r}")
+    now = timezone.now()
+    with transaction.atomic():
+        ids = list(
+            Credential.objects.select_for_update()
+            .filter(connector=connector, role=role, revoked_at__isnull=True)
+            .values_list("id", flat=True)
+        )
+        Credential.objects.filter(id__in=ids).update(revoked_at=now)
+        audit_record(
+            kind="credential.revoked",
+            actor=actor,
+            data={
+                "connector": connector.name,
+                "role": role,
+                "credentials": sorted(str(i) for i in ids),
+            },
+        )
+    return len(ids)
+
+
+def vault_set_locked(*, locked: bool, actor: str, reason: str = "") -> VaultState:
+    """Lock or unlock the vault (audited as vault.locked / vault.unlocked).
+
+    The row is locked for the update so two admins flipping it at once are recorded in
+    the order they took effect."""
+    now = timezone.now()
+    with transaction.atomic():
+        VaultState.objects.get_or_create(id=VaultState.SINGLETON_ID)
+        state = VaultState.objects.select_for_update().get(id=VaultState.SINGLETON_ID)
+        was = state.locked
+        state.locked = locked
+        state.changed_at = now
+        state.changed_by = actor[:150]
+        state.reason = (reason or "")[:500]
+        state.save()
+        audit_record(
+            kind="vault.locked" if locked else "vault.unlocked",
+            actor=actor,
+            data={"reason": state.reason, "was_locked": was},
+        )
+    return state

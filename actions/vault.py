@@ -91,3 +91,31 @@ def auth_headers(credential: Credential, secret: dict[str, Any]) -> dict[str, st
 def secret_values(secret: dict[str, Any]) -> list[str]:
     """Every string in a secret, for redaction."""
     return [v for v in secret.values() if isinstance(v, str) and v]
+
+
+def read_secrets_rotate(*, actor: str = "system") -> int:
+    """Re-encrypt every read secret under the newest Fernet key (the first configured).
+
+    Safe while the system runs: old keys still decrypt until they are removed from
+    COUNTERSIGN_FERNET_KEYS, and each row is updated only if it did not change meanwhile.
+    Returns how many rows were rewritten."""
+    from django.db import transaction
+
+    from approvals.audit import audit_record
+
+    count = 0
+    for credential in Credential.objects.filter(role=Credential.Role.READ).iterator():
+        old = bytes(credential.ciphertext)
+        try:
+            new = rotate_read_secret(credential)
+        except InvalidToken:
+            raise VaultError(
+                f"read credential {credential.pk} does not decrypt with the configured keys"
+            ) from None
+        with transaction.atomic():
+            if Credential.objects.filter(pk=credential.pk, ciphertext=old).update(ciphertext=new):
+                count += 1
+        # One summary event below; the per-row detail adds nothing an auditor needs.
+    with transaction.atomic():
+        audit_record(kind="credential.read_keys_rotated", actor=actor, data={"rotated": count})
+    return count

@@ -23,12 +23,14 @@ from ninja.security import HttpBearer
 from pydantic import Field
 
 from actions.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
-from actions.exceptions import CountersignError, NotFound
+from actions.exceptions import CountersignError
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
 from .models import TERMINAL, Plan, PlanStatus
+from .ratelimit import RateLimited, rate_limit_check
 from .schemas import ActionOut, PlanCreate, PlanOut, Problem
+from .selectors import actions_for_agent, plan_for_agent
 from .services import plan_cancel, plan_submit
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,38 @@ class Unauthenticated(CountersignError):
     title = "A valid agent token is required"
 
 
+def problem_body(
+    *,
+    status: int,
+    type: str,
+    title: str,
+    detail: str,
+    errors: list[dict[str, str]] | None = None,
+    correlation_id: str | None = None,
+) -> dict[str, Any]:
+    """An RFC 9457 problem document (the MCP server sends the same documents)."""
+    body: dict[str, Any] = {
+        "type": f"urn:countersign:problem:{type}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "correlation_id": correlation_id or str(uuid.uuid4()),
+    }
+    if errors:
+        body["errors"] = errors
+    return body
+
+
+def problem_body_from(exc: CountersignError) -> dict[str, Any]:
+    return problem_body(
+        status=exc.status,
+        type=exc.type,
+        title=exc.title,
+        detail=exc.detail,
+        errors=exc.errors or None,
+    )
+
+
 def problem(
     *,
     status: int,
@@ -65,15 +99,14 @@ def problem(
     headers: dict[str, str] | None = None,
     correlation_id: str | None = None,
 ) -> JsonResponse:
-    body: dict[str, Any] = {
-        "type": f"urn:countersign:problem:{type}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "correlation_id": correlation_id or str(uuid.uuid4()),
-    }
-    if errors:
-        body["errors"] = errors
+    body = problem_body(
+        status=status,
+        type=type,
+        title=title,
+        detail=detail,
+        errors=errors,
+        correlation_id=correlation_id,
+    )
     response = JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE)
     for key, value in (headers or {}).items():
         response[key] = value
@@ -82,6 +115,8 @@ def problem(
 
 def problem_from(exc: CountersignError) -> JsonResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if isinstance(exc, RateLimited):
+        headers = {"Retry-After": str(exc.retry_after)}
     return problem(
         status=exc.status,
         type=exc.type,
@@ -162,16 +197,21 @@ def _pointer(loc: tuple | list) -> str:
     return "".join(f"/{escape_pointer_token(p)}" for p in parts)
 
 
+def validation_message(error: dict[str, Any]) -> str:
+    """The message for one pydantic error, worded like the action schema's errors."""
+    if error.get("type") == "extra_forbidden":
+        return "unknown field"
+    if error.get("type") == "missing":
+        return "this field is required"
+    return error.get("msg", "invalid")
+
+
 @api.exception_handler(ValidationError)
 def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    errors = []
-    for error in exc.errors:
-        message = error.get("msg", "invalid")
-        if error.get("type") == "extra_forbidden":
-            message = "unknown field"
-        elif error.get("type") == "missing":
-            message = "this field is required"
-        errors.append({"pointer": _pointer(error.get("loc", ())), "message": message})
+    errors = [
+        {"pointer": _pointer(error.get("loc", ())), "message": validation_message(error)}
+        for error in exc.errors
+    ]
     return problem(
         status=422,
         type="invalid-request",
@@ -245,7 +285,7 @@ def action_out(action: Action) -> dict[str, Any]:
 )
 def list_actions(request: HttpRequest):
     agent: Agent = request.auth
-    return [action_out(a) for a in agent.actions.filter(enabled=True).order_by("name")]
+    return [action_out(a) for a in actions_for_agent(agent)]
 
 
 # --- plans --------------------------------------------------------------------------
@@ -304,6 +344,8 @@ def plan_out(plan: Plan) -> dict[str, Any]:
         },
         "approvals_required": plan.required_approvals,
         "review_url": plan.review_url,
+        # A reviewer previewed this plan again or edited it: follow the newer plan.
+        "superseded_by": plan.superseded_by_id,
         "created_at": plan.created_at,
         "expires_at": plan.expires_at,
         "outcome": outcome,
@@ -318,6 +360,7 @@ _PLAN_ERRORS = {
     409: Problem,
     413: Problem,
     422: Problem,
+    429: Problem,
     502: Problem,
     504: Problem,
 }
@@ -342,6 +385,7 @@ _PLAN_ERRORS = {
 )
 def create_plan(request: HttpRequest, response: HttpResponse, payload: PlanCreate):
     agent: Agent = request.auth
+    rate_limit_check(scope="plans", subject=str(agent.pk))
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (1 <= len(key) <= 255 and key.isprintable()):
         return problem(
@@ -365,13 +409,6 @@ def create_plan(request: HttpRequest, response: HttpResponse, payload: PlanCreat
     return Status(201, plan_out(plan))
 
 
-def _agent_plan(agent: Agent, plan_id: uuid.UUID) -> Plan:
-    plan = Plan.objects.select_related("action").filter(id=plan_id, agent=agent).first()
-    if plan is None:
-        raise NotFound("no such plan for this agent")
-    return plan
-
-
 class WaitQuery(Schema):
     wait: float = Field(default=0, ge=0, le=30, description="Seconds to wait for a status change.")
 
@@ -384,7 +421,7 @@ class WaitQuery(Schema):
 )
 async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQuery]):
     agent: Agent = request.auth
-    plan = await sync_to_async(_agent_plan)(agent, plan_id)
+    plan = await sync_to_async(plan_for_agent)(agent, plan_id)
     if query.wait and plan.status not in TERMINAL:
         seen = plan.status
         loop = asyncio.get_running_loop()
@@ -393,7 +430,7 @@ async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQu
             await asyncio.sleep(min(POLL_INTERVAL_SECONDS, max(0.0, deadline - loop.time())))
             status = await Plan.objects.filter(id=plan.id).values_list("status", flat=True).afirst()
             if status != seen:
-                plan = await sync_to_async(_agent_plan)(agent, plan_id)
+                plan = await sync_to_async(plan_for_agent)(agent, plan_id)
                 break
     return Status(200, await sync_to_async(plan_out)(plan))
 

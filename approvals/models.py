@@ -101,6 +101,11 @@ class Plan(models.Model):
     fingerprint = models.CharField(max_length=64)
     canonical = models.TextField()
     approvals_required = models.PositiveSmallIntegerField(default=1)
+    # A reviewer's "preview again" (after stale) or edit makes a new plan pointing here;
+    # the agent's API view of the original names the newest revision (superseded_by).
+    revision_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="revisions"
+    )
 
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
@@ -161,6 +166,16 @@ class Plan(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def superseded_by_id(self):
+        """The newest revision's id, or None: where the agent should follow."""
+        return (
+            Plan.objects.filter(revision_of_id=self.id)
+            .order_by("-created_at", "-id")
+            .values_list("id", flat=True)
+            .first()
+        )
 
 
 class Approval(models.Model):

@@ -113,6 +113,9 @@ class PlanOut(Schema):
     created_at: datetime
     expires_at: datetime
     outcome: OutcomeOut | None = None
+    # Set when a reviewer made a newer revision of this plan (preview again, edit);
+    # the agent follows that id. Null otherwise.
+    superseded_by: UUID | None = None
 
 
 class ProblemError(Schema):

@@ -443,6 +443,16 @@ def approval_record(
             )
         elif plan.approvals.filter(reviewer=reviewer).exists():
             raise AlreadyDecided("you have already decided on this plan")
+        elif decision == Approval.Decision.APPROVE and _creator_would_approve_alone(plan, reviewer):
+            audit_record(
+                kind="approval.separation_of_duties",
+                actor=user_actor(reviewer),
+                plan=plan,
+                data={"agent": plan.agent.name},
+            )
+            failure = NotAllowed(
+                "you registered this agent: another reviewer must approve its irreversible plans"
+            )
         else:
             ttl = plan.policy.get("approval_ttl_seconds", 900)
             Approval.objects.create(
@@ -496,6 +506,27 @@ def approval_record(
     return plan
 
 
+def _creator_would_approve_alone(plan: Plan, reviewer) -> bool:
+    """Separation of duties: the person who registered an agent may not be the only one
+    approving its irreversible plans (COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE).
+    Where two approvers are required the distinct-approver rule already brings in a
+    second person, so this bites only when one approval would be enough."""
+    from django.conf import settings
+
+    if getattr(settings, "COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE", False):
+        return False
+    if plan.consequence_class != "irreversible" or plan.agent.created_by_id is None:
+        return False
+    if plan.agent.created_by_id != reviewer.pk:
+        return False
+    others = (
+        plan.approvals.filter(decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint)
+        .exclude(reviewer=reviewer)
+        .count()
+    )
+    return others + 1 >= plan.required_approvals and others == 0
+
+
 def plans_expire(*, now=None) -> int:
     """Expire plans that waited past their time. Returns how many."""
     now = now or timezone.now()
@@ -516,3 +547,94 @@ def plans_expire(*, now=None) -> int:
         except InvalidTransition:
             pass  # decided meanwhile
     return count
+
+
+# --- revisions: a reviewer previews again or edits ------------------------------------
+
+
+def _plan_revise(*, original: Plan, reviewer, input: dict[str, Any], why: str) -> Plan:
+    """Propose ``input`` again for the original's agent and action, then link it.
+
+    The new plan goes through plan_submit exactly as if the agent had sent it (schema,
+    allow-lists, scope rules, a fresh read-only preview and its own fingerprint). The
+    preview reads the upstream, so no lock is held while it runs.
+    """
+    plan, _ = plan_submit(
+        agent=original.agent,
+        action_name=original.action.name,
+        input=input,
+        reason=original.reason,
+    )
+    with transaction.atomic():
+        Plan.objects.filter(id=plan.id).update(revision_of=original)
+        plan.revision_of = original
+        audit_record(
+            kind="plan.revised",
+            actor=user_actor(reviewer),
+            plan=plan,
+            data={"revision_of": str(original.id), "why": why},
+        )
+    return plan
+
+
+def plan_preview_again(*, plan_id, reviewer) -> Plan:
+    """A stale plan, proposed again with the same agent, action, input and reason."""
+    if not can_review(reviewer):
+        raise NotAllowed("you are not a reviewer")
+    original = Plan.objects.select_related("action", "agent").filter(id=plan_id).first()
+    if original is None:
+        raise NotFound("no such plan")
+    if original.status != PlanStatus.STALE:
+        raise InvalidTransition(
+            f"only a stale plan can be previewed again; this one is {original.status}"
+        )
+    if original.revisions.exists():
+        raise InvalidTransition("this plan was already previewed again")
+    return _plan_revise(original=original, reviewer=reviewer, input=original.input, why="stale")
+
+
+def plan_edit(*, plan_id, reviewer, input: Any) -> Plan:
+    """A reviewer changes the input of an awaiting plan: a new revision replaces it.
+
+    The original is cancelled ("superseded by a reviewer's edit") in the same
+    transaction that links the revision; if it was decided meanwhile, the revision is
+    cancelled instead, so exactly one of the two stays decidable.
+    """
+    if not can_review(reviewer):
+        raise NotAllowed("you are not a reviewer")
+    original = Plan.objects.select_related("action", "agent").filter(id=plan_id).first()
+    if original is None:
+        raise NotFound("no such plan")
+    if original.status != PlanStatus.AWAITING_APPROVAL:
+        raise InvalidTransition(
+            f"only a plan awaiting approval can be edited; this one is {original.status}"
+        )
+    if isinstance(input, dict) and normalize(input) == original.input:
+        raise InvalidInput(errors=[{"pointer": "/input", "message": "nothing was changed"}])
+    revision = _plan_revise(original=original, reviewer=reviewer, input=input, why="edit")
+    actor = user_actor(reviewer)
+    now = timezone.now()
+    try:
+        plan_transition(
+            original,
+            to=PlanStatus.CANCELLED,
+            actor=actor,
+            event="plan.superseded",
+            data={"superseded_by": str(revision.id)},
+            finished_at=now,
+            outcome_detail="superseded by a reviewer's edit",
+        )
+    except InvalidTransition:
+        Plan.objects.filter(id=revision.id).update(revision_of=None)
+        plan_transition(
+            revision,
+            to=PlanStatus.CANCELLED,
+            actor=actor,
+            event="plan.cancelled",
+            finished_at=now,
+            outcome_detail="the original plan was decided before the edit was saved",
+        )
+        raise InvalidTransition(
+            "the plan was decided while you edited it; nothing was replaced"
+        ) from None
+    return revision

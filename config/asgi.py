@@ -1,4 +1,5 @@
-"""ASGI entry point: one server carries the pages, the agent API and its long-polls."""
+"""ASGI entry point: one server carries the pages, the agent API and its long-polls, and
+the MCP server at /mcp."""
 
 from __future__ import annotations
 
@@ -11,4 +12,42 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 # The pages need their stylesheet and the vendored htmx (no CDN); uvicorn serves no files
 # itself, so the app does, from the static finders (a front proxy may take /static/ over).
-application = ASGIStaticFilesHandler(get_asgi_application())
+django_application = ASGIStaticFilesHandler(get_asgi_application())
+
+from approvals.mcp import McpHttpApp  # noqa: E402  (needs the apps loaded above)
+
+MCP_PATH = "/mcp"
+
+
+class Router:
+    """``/mcp`` to the MCP server, everything else to Django.
+
+    Lifespan events (which Django does not speak) are answered here: startup needs
+    nothing, since the MCP app starts its session manager on first use; shutdown stops
+    it. Servers run with lifespan off simply never send them.
+    """
+
+    def __init__(self, django_app, mcp_app: McpHttpApp) -> None:
+        self.django_app = django_app
+        self.mcp_app = mcp_app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http" and scope["path"].rstrip("/") == MCP_PATH:
+            await self.mcp_app(scope, receive, send)
+        else:
+            await self.django_app(scope, receive, send)
+
+    async def _lifespan(self, receive, send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.mcp_app.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+application = Router(django_application, McpHttpApp())

@@ -130,6 +130,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -241,10 +242,28 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("COUNTERSIGN_MAX_BODY_BYTES", 64 * 1024)
 
 SESSION_COOKIE_HTTPONLY = True
+# At most this long after sign-in, and ended when the browser closes.
 SESSION_COOKIE_AGE = env_int("COUNTERSIGN_SESSION_SECONDS", 8 * 3600)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+# Failed sign-ins allowed per username and client address per window (see
+# approvals/login.py); counted in the cache below.
+COUNTERSIGN_LOGIN_FAILURES = env_int("COUNTERSIGN_LOGIN_FAILURES", 5)
+COUNTERSIGN_LOGIN_WINDOW_SECONDS = env_int("COUNTERSIGN_LOGIN_WINDOW_SECONDS", 15 * 60)
 SESSION_COOKIE_SECURE = PRODUCTION
 CSRF_COOKIE_SECURE = PRODUCTION
 X_FRAME_OPTIONS = "DENY"
+# Django 6's built-in CSP: scripts and styles from our own origin only, no inline
+# scripts (htmx is vendored and loaded with src; hx-headers is an attribute).
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "frame-ancestors": ["'none'"],
+    "form-action": ["'self'"],
+}
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if PRODUCTION:
@@ -296,6 +315,15 @@ COUNTERSIGN_APPROVAL_POLICY = {
         "session_grant": False,
     },
 }
+# Separation of duties: may the person who registered an agent (Agent.created_by) be the
+# only approver of that agent's irreversible plans? No by default.
+COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE = env_bool(
+    "COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE", False
+)
+# Plans an agent may submit (POST /api/v1/plans) per window, e.g. "60/minute"; empty
+# disables. Counted in Redis (REDIS_URL) so every web process shares the count; without
+# Redis (embedded mode) in Django's cache, which is per process.
+COUNTERSIGN_RATE_LIMIT = env_str("COUNTERSIGN_RATE_LIMIT", "60/minute")
 # Idempotency-Key records for POST /plans are kept at least this long.
 COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS = env_int("COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS", 86400)
 # Upstream HTTP defaults (a connector may set its own, never above these caps).
@@ -343,6 +371,18 @@ CELERY_BEAT_SCHEDULE = {
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 REDIS_URL = env_str("REDIS_URL", "")
+# The cache holds login-failure counters: Redis when there is one (shared by every web
+# process), local memory otherwise (embedded mode: one process, one machine).
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+if COUNTERSIGN_ENV == "test":
+    # Test runs on one machine share a Redis: keep their keys apart.
+    CACHES["default"]["KEY_PREFIX"] = f"test-{os.getpid()}"
 
 LOGGING = {
     "version": 1,

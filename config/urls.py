@@ -4,12 +4,20 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from approvals.api import api
+from approvals.login import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
+
+# The admin's sign-in is throttled like the reviewers' (approvals/login.py).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="approvals:queue", permanent=False)),
     path("plans/", include("approvals.urls")),
     path("api/v1/", api.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(authentication_form=ThrottledAuthenticationForm),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
 ]

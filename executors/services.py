@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from actions.exceptions import InvalidTransition
 from actions.fingerprint import plan_fingerprint_matches
-from actions.models import Credential
+from actions.models import Credential, VaultState
 from actions.preview import PreviewError, read_target, resolve_pointer
 from actions.vault import VaultError, auth_headers, secret_values
 from approvals.audit import audit_record
@@ -65,7 +65,12 @@ def redact_text(text: str, secrets: list[str]) -> str:
 # --- 1. claim -------------------------------------------------------------------------
 
 
+VAULT_LOCKED = "the vault is locked"
+
+
 def _refusal_reason(plan: Plan, now) -> str | None:
+    if VaultState.is_locked():
+        return VAULT_LOCKED
     action = plan.action
     if not plan_fingerprint_matches(plan):
         return "the plan no longer matches its fingerprint"
@@ -346,6 +351,21 @@ def execution_run(*, plan_id) -> str:
         "headers": redact_headers({**headers, **credential_headers}, set(credential_headers)),
         "body": request.get("body"),
     }
+    # The vault may have been locked since the claim: look once more, as late as possible.
+    # A lock committed after this read is a lock engaged after the send began.
+    if VaultState.is_locked():
+        try:
+            _finish(
+                claim,
+                to=PlanStatus.REFUSED,
+                detail=f"refused before sending: {VAULT_LOCKED}",
+                attempt_state=Attempt.State.NOT_SENT,
+                event_data={"reason": VAULT_LOCKED},
+                error=VAULT_LOCKED,
+            )
+        except InvalidTransition:  # the sweeper took the plan back meanwhile
+            return "skipped:claim-lost"
+        return PlanStatus.REFUSED
     # Fencing: commit "sending" only if this worker still holds the claim. If the sweeper
     # presumed us dead and another worker re-claimed the plan, ``tries`` moved on and
     # this update matches nothing: we must not send.

@@ -4,8 +4,11 @@ tests, a real web server and a real Celery worker."""
 
 from __future__ import annotations
 
+import re
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings as django_settings
@@ -126,7 +129,7 @@ def catalog(db, upstream):
 def agent_and_token(catalog):
     from actions.services import agent_create
 
-    return agent_create(name="test-agent", action_names=list(catalog))
+    return agent_create(name="test-agent", action_names=list(catalog), active=True)
 
 
 @pytest.fixture
@@ -144,7 +147,7 @@ def other_agent(catalog):
     """A second agent, allowed only one action."""
     from actions.services import agent_create
 
-    return agent_create(name="other-agent", action_names=["update_invoice_memo"])
+    return agent_create(name="other-agent", action_names=["update_invoice_memo"], active=True)
 
 
 def _user(username: str, *, reviewer: bool):
@@ -245,3 +248,116 @@ def live_worker(live_env, live_logs, worker_keys):
 def live(transactional_db, live_web, live_worker, catalog):
     """Everything running for real. Data is committed so the other processes see it."""
     return {"url": live_web, "worker": live_worker}
+
+
+# --- the canary: no secret, auth header, internal URL or stack trace in any response -----
+#
+# Every response of Countersign's own that the suite sees -- django.test.Client and
+# AsyncClient, and httpx requests to the live web server -- is checked. Django admin pages
+# (/admin/) exist to show admins connector addresses (and an agent's token once), so
+# there only the upstream tokens and stack traces are looked for: a secret typed into the
+# admin must never come back, not even to the admin. Upstream responses (the demo upstream
+# answers with its own URLs) are not Countersign's and are not checked.
+
+
+class CanaryLeak(AssertionError):
+    """A response carried something no response may carry."""
+
+
+# A bearer credential in a header or a serialized header map; placeholders such as
+# "Bearer <agent token>" in help texts and "[redacted]" are not credentials.
+_BEARER = re.compile(r"authorization[\"']?\s*[:=]\s*[\"']?bearer\s+(?!<|&lt;|\[)\S{6,}", re.I)
+
+
+def canary_leaks(url: str, headers, body, *, internal_urls=()) -> list[str]:
+    """What the response to ``url`` leaks (empty if nothing)."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    text = "\n".join(f"{name}: {value}" for name, value in headers) + "\n" + (body or "")
+    found = [
+        what
+        for secret, what in (
+            (READ_TOKEN, "the upstream read token"),
+            (WRITE_TOKEN, "the upstream write token"),
+        )
+        if secret in text
+    ]
+    if "Traceback (most recent call last)" in text:
+        found.append("a Python stack trace")
+    if not urlsplit(url).path.startswith("/admin/"):
+        if _BEARER.search(text):
+            found.append("an Authorization: Bearer credential")
+        for base in internal_urls:
+            if urlsplit(base).netloc in text:
+                found.append(f"the upstream's address {base}")
+    return found
+
+
+def canary_check(url: str, headers, body, *, internal_urls=()) -> None:
+    found = canary_leaks(url, headers, body, internal_urls=internal_urls)
+    if found:
+        raise CanaryLeak(f"the response to {url} leaks {', '.join(found)}")
+
+
+@dataclass
+class Canary:
+    internal_urls: set[str] = field(default_factory=set)  # addresses no response may show
+    ours: set[str] = field(default_factory=set)  # base URLs of Countersign's live servers
+    leaks: list[str] = field(default_factory=list)
+
+    def check(self, url: str, headers, body) -> None:
+        try:
+            canary_check(url, headers, body, internal_urls=self.internal_urls)
+        except CanaryLeak as exc:
+            self.leaks.append(str(exc))  # reported at teardown even if the test swallowed it
+            raise
+
+
+@pytest.fixture(autouse=True)
+def canary(request, monkeypatch):
+    import httpx
+    from django.test.client import AsyncClient, Client
+
+    canary = Canary()
+    # Only servers this test uses anyway (getfixturevalue starts nothing new).
+    if "upstream_server" in request.fixturenames:
+        canary.internal_urls.add(request.getfixturevalue("upstream_server").url)
+    if "live_web" in request.fixturenames:
+        canary.ours.add(request.getfixturevalue("live_web"))
+
+    def check_django(response) -> None:
+        environ = response.request
+        url = "http://testserver" + environ.get("PATH_INFO", "")
+        if environ.get("QUERY_STRING"):
+            url += "?" + environ["QUERY_STRING"]
+        body = b"" if response.streaming else response.content
+        canary.check(url, response.items(), body)
+
+    client_request, async_client_request = Client.request, AsyncClient.request
+
+    def request_checked(self, **kwargs):
+        response = client_request(self, **kwargs)
+        check_django(response)
+        return response
+
+    async def async_request_checked(self, **kwargs):
+        response = await async_client_request(self, **kwargs)
+        check_django(response)
+        return response
+
+    send = httpx.Client.send
+
+    def send_checked(self, request, *args, **kwargs):
+        response = send(self, request, *args, **kwargs)
+        url = str(request.url)
+        if any(url.startswith(base) for base in canary.ours):
+            streamed = kwargs.get("stream", False) and not response.is_closed
+            canary.check(url, response.headers.multi_items(), b"" if streamed else response.content)
+        return response
+
+    monkeypatch.setattr(Client, "request", request_checked)
+    monkeypatch.setattr(AsyncClient, "request", async_request_checked)
+    monkeypatch.setattr(httpx.Client, "send", send_checked)
+    yield canary
+    if canary.leaks:
+        pytest.fail("canary: " + "; ".join(canary.leaks), pytrace=False)

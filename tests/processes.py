@@ -136,29 +136,33 @@ def start_web(env: dict, log_dir: Path) -> tuple[Process, str]:
     raise RuntimeError(f"web server did not start:\n{proc.log()}")
 
 
-def start_worker(env: dict, log_dir: Path, name: str = "worker", concurrency: int = 1) -> Process:
-    proc = Process(
-        name,
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "--loglevel=INFO",
-            f"--concurrency={concurrency}",
-            "--pool=prefork",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-n",
-            f"{name}@%h",
-        ],
-        env,
-        log_dir,
-    )
-    deadline = time.monotonic() + 40
+def worker_args(name: str, concurrency: int = 1, beat_schedule: Path | None = None) -> list[str]:
+    """The command line of a Celery worker; with ``beat_schedule`` it also runs the
+    sweeper's beat (embedded, ``-B``), keeping its schedule in that file."""
+    args = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "--loglevel=INFO",
+        f"--concurrency={concurrency}",
+        "--pool=prefork",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-n",
+        f"{name}@%h",
+    ]
+    if beat_schedule is not None:
+        args += ["-B", "-s", str(beat_schedule)]
+    return args
+
+
+def wait_ready(proc: Process, timeout: float = 40) -> Process:
+    """Wait for a worker started with ``start_worker(wait=False)`` to consume."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
             raise RuntimeError(f"worker exited:\n{proc.log()}")
@@ -167,3 +171,16 @@ def start_worker(env: dict, log_dir: Path, name: str = "worker", concurrency: in
         time.sleep(0.1)
     proc.stop()
     raise RuntimeError(f"worker did not become ready:\n{proc.log()}")
+
+
+def start_worker(
+    env: dict,
+    log_dir: Path,
+    name: str = "worker",
+    concurrency: int = 1,
+    *,
+    beat_schedule: Path | None = None,
+    wait: bool = True,
+) -> Process:
+    proc = Process(name, worker_args(name, concurrency, beat_schedule), env, log_dir)
+    return wait_ready(proc) if wait else proc

@@ -61,7 +61,7 @@ class Command(BaseCommand):
             agent = Agent.objects.filter(name="demo-agent").first()
             if agent is None:
                 agent, token = agent_create(
-                    name="demo-agent", action_names=names, actor="demo_setup"
+                    name="demo-agent", action_names=names, actor="demo_setup", active=True
                 )
             else:
                 # A fresh token each run: the old one was printed to an old terminal.
