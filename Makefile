@@ -2,6 +2,7 @@
 #
 #   make run     embedded mode (SQLite + filesystem broker): web, worker, demo upstream
 #   make test    the test suite (needs PostgreSQL and Redis; see .ci/services)
+#   make chaos   the chaos run (needs PostgreSQL); figures to docs/reliability.md
 #   make lint    ruff check + ruff format --check
 #   make fmt     apply ruff fixes and formatting
 #   make lock    regenerate requirements.lock from pyproject.toml
@@ -33,7 +34,7 @@ PYTEST_ARGS       ?=
 # make lock (e.g. LOCK_ARGS=--upgrade, or LOCK_ARGS="--upgrade-package django")
 LOCK_ARGS ?=
 
-.PHONY: help venv run test lint fmt lock clean
+.PHONY: help venv run test chaos lint fmt lock clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -73,6 +74,12 @@ test: venv
 	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' \
 	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test \
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# --- chaos ---------------------------------------------------------------------------
+# 300 approved plans while workers are SIGKILLed and a private Redis restarts; a scratch
+# database next to DATABASE_URL is created and dropped. See bench/chaos.py.
+chaos: venv
+	DATABASE_URL='$(DATABASE_URL)' COUNTERSIGN_ENV=test $(PY) bench/chaos.py
 
 # --- code style --------------------------------------------------------------------
 lint: venv

@@ -390,7 +390,15 @@ def execution_run(*, plan_id) -> str:
     with WriteClient(plan.action.connector, credential_headers) as client:
         while True:
             sends += 1
-            Attempt.objects.filter(pk=attempt.pk).update(sends=sends)
+            # Fenced like the "sending" commit: if the sweeper settled this attempt
+            # meanwhile (we were presumed dead), the row moved on and we must not send.
+            if not Attempt.objects.filter(
+                pk=attempt.pk, state=Attempt.State.SENDING, tries=attempt.tries
+            ).update(sends=sends):
+                log.warning(
+                    "plan %s: attempt taken over before send %s; not sending", plan.id, sends
+                )
+                return "skipped:claim-lost"
             try:
                 response = client.request(
                     request["method"],
@@ -751,13 +759,24 @@ def sweep(*, now=None) -> dict[str, int]:
     for plan in Plan.objects.filter(
         status=PlanStatus.EXECUTING, claimed_at__lte=lease_before
     ).select_related("action")[:500]:
-        attempt = Attempt.objects.filter(plan=plan).first()
         try:
             with transaction.atomic():
-                if attempt is None or attempt.state in (
-                    Attempt.State.PREPARED,
-                    Attempt.State.NOT_SENT,
+                # Lock the attempt and decide on the state *under the lock*: a slow (not
+                # dead) worker commits "sending" with a conditional update on this row, so
+                # either it got there first (and we see sending) or it will find the row
+                # moved on and not send.
+                attempt = Attempt.objects.select_for_update().filter(plan=plan).first()
+                if (
+                    attempt is None
+                    or attempt.state
+                    in (
+                        Attempt.State.PREPARED,
+                        Attempt.State.NOT_SENT,
+                    )
+                    or (attempt.state == Attempt.State.SENDING and attempt.sends == 0)
                 ):
+                    # sends == 0: "sending" was committed but the request never left
+                    # (each send is recorded, fenced, before it leaves).
                     if attempt is not None:
                         attempt.state = Attempt.State.NOT_SENT
                         attempt.error = "the worker stopped before sending"

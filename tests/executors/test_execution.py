@@ -495,7 +495,9 @@ def test_sweep_settles_a_lost_worker_that_may_have_sent_as_unknown(
     upstream, approved, settings, django_capture_on_commit_callbacks, executor_key
 ):
     plan = _claimed(approved())
-    Attempt.objects.filter(plan=plan).update(state=Attempt.State.SENDING, sent_at=timezone.now())
+    Attempt.objects.filter(plan=plan).update(
+        state=Attempt.State.SENDING, sent_at=timezone.now(), sends=1
+    )
     with django_capture_on_commit_callbacks(execute=False):
         assert sweep()["unknown"] == 0  # still within its lease
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
@@ -553,3 +555,17 @@ def test_the_write_token_is_not_in_the_recorded_json(upstream, approved, run, ex
     run(plan)
     assert WRITE_TOKEN not in json.dumps(attempt_of(plan).request)
     assert WRITE_TOKEN not in attempt_of(plan).response_body
+
+
+def test_sweep_recovers_a_worker_lost_between_sending_and_the_first_send(
+    upstream, approved, settings, django_capture_on_commit_callbacks, executor_key
+):
+    """ "sending" committed but no send recorded: the request provably never left."""
+    plan = _claimed(approved())
+    Attempt.objects.filter(plan=plan).update(state=Attempt.State.SENDING, sent_at=timezone.now())
+    with django_capture_on_commit_callbacks(execute=False):
+        report = sweep(now=_past_lease(settings))
+    assert report["recovered"] == 1 and report["unknown"] == 0
+    assert fresh(plan).status == PlanStatus.APPROVED
+    assert attempt_of(plan).state == Attempt.State.NOT_SENT
+    assert upstream.writes() == []

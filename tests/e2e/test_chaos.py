@@ -1,0 +1,148 @@
+"""Chaos: 300 approved plans executed while workers are SIGKILLed at random moments and
+restarted, and the Redis broker is restarted once (issue 5).
+
+Design. The scenario lives in ``bench/chaos.py`` (shared with ``make chaos``, which writes
+the figures to docs/reliability.md); read its docstring for the details. In short:
+
+* a private ``redis-server`` on a free loopback port (nothing persisted, so its restart
+  loses every queued and unacknowledged message) and two private workers (concurrency 2)
+  pointed at it; the first embeds the beat, so the sweeper runs every second exactly as in
+  production (requeue after 8 s, lease 5 s). The system Redis is never touched and only
+  process groups started by the scenario are signalled;
+* approvals are recorded in this process in batches; their on-commit wake-ups are
+  published to the private Redis (``executors.tasks.publish`` is swapped for the duration
+  and restored); a publish that fails while Redis is down is left to the sweeper;
+* the demo upstream (in this process) answers a share of writes 0.2 s late and a few with
+  a 503 after applying; a few contacts are changed upstream after the preview;
+* when nothing is approved or executing any more the workers stop, and plans still
+  ``unknown`` are reconciled with ``executors.services.reconcile``.
+
+The run is bounded and stops by itself: it ends as soon as every plan has settled, and at
+the latest 120 s after the first approval (``ChaosConfig.deadline_seconds``). Most of its
+time goes to previewing 300 plans and to booting Celery workers after each kill; both
+grow quickly on a loaded machine. The checks below are made here, from the database and
+the upstream, independently of the figures the bench script writes. ``CHAOS_SEED=<n>``
+replays a run's timeline.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from approvals.audit import audit_verify
+from approvals.models import Approval, Plan
+from bench.chaos import TERMINAL, ChaosConfig, run_chaos
+from executors.models import Attempt
+from tests.e2e.support import header
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def chaos_env(live_env, worker_keys):
+    return {**live_env, "COUNTERSIGN_WORKER_KEY_FILE": worker_keys["private_file"]}
+
+
+def test_chaos_writes_at_most_once_settles_every_plan_and_loses_no_approval(
+    transactional_db, catalog, agent, reviewer, upstream, chaos_env, executor_key
+):
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server is not installed")
+    seed = int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None
+    # Not under pytest's basetemp, which other runs prune: kept if the test fails.
+    logs = Path(tempfile.mkdtemp(prefix="countersign-chaos-"))
+
+    result = run_chaos(
+        upstream=upstream,
+        agent=agent,
+        reviewer=reviewer,
+        env=chaos_env,
+        log_dir=logs,
+        config=ChaosConfig(seed=seed),
+    )
+    ids = [c.plan_id for c in result.cases]
+    replay = f"(replay with CHAOS_SEED={result.seed}; logs in {logs})"
+
+    # The chaos really happened, and the run ended by itself before its deadline.
+    assert len(ids) == 300
+    assert 3 <= len(result.kills) <= 6, result.kills
+    assert len(result.redis_restarts) == 1
+    # Workers consuming when Redis went away came back to it by themselves.
+    assert result.reconnected_after_redis_restart, "no worker was consuming at the restart"
+    assert all(result.reconnected_after_redis_restart.values()), (
+        f"{result.reconnected_after_redis_restart} {replay}"
+    )
+    progress = "\n".join(f"{t:5.1f}s {counts}" for t, counts in result.progress)
+    assert not result.timed_out, (
+        f"plans still in flight at the deadline {replay}\n{progress}\n{result.worker_logs()}"
+    )
+
+    plans = {str(p.id): p for p in Plan.objects.filter(id__in=ids)}
+    attempts = {str(a.plan_id): a for a in Attempt.objects.filter(plan_id__in=ids)}
+    log = upstream.requests_log()[result.log_start :]
+    state = upstream.state()
+    reminders = Counter(r["message"] for r in state["reminders"].values())
+
+    # Every write the upstream received belongs to exactly one plan.
+    writes: dict[str, list[dict]] = {plan_id: [] for plan_id in ids}
+    by_path = {c.path: c.plan_id for c in result.cases if c.action == "update_contact_email"}
+    by_message = {c.marker: c.plan_id for c in result.cases if c.action == "send_reminder"}
+    for entry in log:
+        if entry["method"] in ("GET", "HEAD"):
+            continue
+        body = entry["body"] if isinstance(entry["body"], dict) else {}
+        owner = by_path.get(entry["path"]) or by_message.get(body.get("message"))
+        assert owner is not None, f"a write no plan asked for: {entry} {replay}"
+        writes[owner].append(entry)
+
+    for case in result.cases:
+        plan, attempt, sent = plans[case.plan_id], attempts.get(case.plan_id), writes[case.plan_id]
+        where = f"plan {case.plan_id} ({case.action} {case.path}) {replay}"
+
+        # Every plan ends terminal; reconciliation settled those left unknown.
+        assert plan.status in TERMINAL, f"{plan.status}: {where}\n{result.unsettled}"
+        assert plan.status != "refused", f"{plan.outcome_detail}: {where}"
+
+        # At most one effect per plan.
+        if case.action == "update_contact_email":
+            # An unkeyed conditional write is never re-sent: one request at most.
+            assert len(sent) <= 1, f"{len(sent)} writes: {where}"
+            effect = int(state["contacts"][case.path.rsplit("/", 1)[1]]["email"] == case.marker)
+            assert effect <= len(sent), f"changed without a request: {where}"
+        else:
+            # A keyed call may be repeated, always with the attempt's key; one effect.
+            keys = {header(e, "Idempotency-Key") for e in sent}
+            assert not sent or keys == {attempt.idempotency_key}, f"keys {keys}: {where}"
+            effect = reminders[case.marker]
+        assert effect <= 1, f"{effect} effects: {where}"
+
+        # The outcome is honest: completed exactly when the change is upstream.
+        assert (plan.status == "completed") == (effect == 1), f"{plan.status}, {effect}: {where}"
+        # Changed upstream after the preview: stale, and nothing was written.
+        if case.changed_upstream:
+            assert plan.status == "stale" and sent == [], f"{plan.status}: {where}"
+
+        # Zero approvals lost: the approval was spent by a claim that left a record.
+        assert attempt is not None, f"approved but never claimed: {where}"
+        assert attempt.state in (
+            Attempt.State.ANSWERED,
+            Attempt.State.NOT_SENT,
+            Attempt.State.LOST,
+        ), f"attempt {attempt.state}: {where}"
+        assert plan.outcome_detail, f"no reason recorded: {where}"
+
+    approvals = Approval.objects.filter(plan_id__in=ids, decision=Approval.Decision.APPROVE)
+    assert approvals.count() == len(ids)
+    assert not approvals.filter(used_at__isnull=True).exists()
+    assert all(status in TERMINAL for status in result.reconciled_at_end.values())
+    assert sum(1 for c in result.cases if c.changed_upstream) == 20
+    # Processes killed mid-transaction did not break the audit chain.
+    checked, broken = audit_verify()
+    assert broken is None, f"audit chain broken at {broken} after {checked} events {replay}"
+    shutil.rmtree(logs, ignore_errors=True)
