@@ -412,7 +412,11 @@ def plan_check(request: HttpRequest, plan_id) -> HttpResponse:
         messages.error(request, "Only an unknown or pending outcome can be checked.")
     else:
         result = reconcile(plan_id=plan.id, actor=f"user:{request.user.get_username()}")
-        if result in ("unknown", "following", "still-pending"):
+        if result == "queued":
+            messages.info(
+                request, "A worker is checking; this page shows the outcome when it is done."
+            )
+        elif result in ("unknown", "following", "still-pending"):
             messages.info(request, "Checked: still not settled. See what was found below.")
         else:
             messages.success(request, f"Checked: {result.replace('_', ' ')}.")

@@ -634,6 +634,12 @@ def reconcile(*, plan_id, actor: str = ACTOR) -> str:
             state, finding = _reconcile_read(plan)
     except (PreviewError, UpstreamError) as exc:
         state, finding = None, {"verdict": f"could not read the upstream: {exc}"}
+    except VaultError:
+        # Repeating a keyed request needs the write credential, which only workers can
+        # open: a check started from a web page hands the work to a worker.
+        with transaction.atomic():
+            enqueue_reconcile(plan.id, countdown=None)
+        return "queued"
     with transaction.atomic():
         if attempt is not None:
             Attempt.objects.filter(pk=attempt.pk).update(

@@ -275,3 +275,23 @@ def connector_fast(catalog):
     from actions.models import Connector
 
     Connector.objects.filter(name="demo").update(read_timeout=0.3)
+
+
+def test_checking_a_keyed_invoke_from_the_web_hands_it_to_a_worker(
+    upstream, catalog, approved, run, settings, django_capture_on_commit_callbacks
+):
+    """The web process cannot open the write credential, so it never repeats a write."""
+    from actions.catalog import action_define
+
+    definition = dict(catalog["send_reminder"].definition)
+    definition["write"] = {**definition["write"], "retry": {"max_retries": 0}}
+    action_define(name="send_reminder", definition=definition, actor="test")
+    upstream.add_fault(method="POST", path_prefix="/reminders", status=503, apply=True)
+    plan = approved("send_reminder", REMINDER)
+    assert run(plan) == "unknown"
+    settings.COUNTERSIGN_WORKER_KEY_FILE = ""  # now we are the web process
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert reconcile(plan_id=plan.id) == "queued"
+    assert [c.__qualname__.split(".")[0] for c in callbacks] == ["enqueue_reconcile"]
+    assert len(upstream.writes()) == 1
+    assert fresh(plan).status == "unknown"
