@@ -540,28 +540,22 @@ def pending_follow(*, plan_id) -> str:
     checks = attempt.status_checks + 1
     Attempt.objects.filter(pk=attempt.pk).update(status_checks=checks)
     Plan.objects.filter(pk=plan.pk).update(enqueued_at=timezone.now())
-    if body is not None and rule_holds(status.done_when, body, {}):
-        plan_transition(
-            plan,
-            to=PlanStatus.COMPLETED,
-            actor=ACTOR,
-            event="execution.completed",
-            data={"via": "status request", "checks": checks},
-            finished_at=timezone.now(),
-            outcome_detail="the accepted work finished",
-        )
-        return PlanStatus.COMPLETED
-    if body is not None and status.failed_when and rule_holds(status.failed_when, body, {}):
-        plan_transition(
-            plan,
-            to=PlanStatus.REJECTED,
-            actor=ACTOR,
-            event="execution.rejected",
-            data={"via": "status request", "checks": checks},
-            finished_at=timezone.now(),
-            outcome_detail="the accepted work failed upstream",
-        )
-        return PlanStatus.REJECTED
+    outcomes = [
+        (status.done_when, PlanStatus.COMPLETED, "the accepted work finished"),
+        (status.failed_when, PlanStatus.REJECTED, "the accepted work failed upstream"),
+    ]
+    for rule, state, detail in outcomes:
+        if body is not None and rule and rule_holds(rule, body, {}):
+            plan_transition(
+                plan,
+                to=state,
+                actor=ACTOR,
+                event=f"execution.{state}",
+                data={"via": "status request", "checks": checks},
+                finished_at=timezone.now(),
+                outcome_detail=detail,
+            )
+            return state
     if checks >= status.max_checks:
         Plan.objects.filter(pk=plan.pk).update(
             outcome_detail=f"accepted by the upstream; still not finished after {checks} checks"

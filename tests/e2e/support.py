@@ -11,21 +11,8 @@ from typing import Any
 
 import httpx
 
+from approvals.client import SETTLED  # statuses the worker leaves alone
 from tests.processes import Process
-
-# Statuses after which the worker will not touch a plan again by itself.
-SETTLED = {
-    "completed",
-    "pending",
-    "already_in_desired_state",
-    "rejected",
-    "stale",
-    "refused",
-    "unknown",
-    "denied",
-    "expired",
-    "cancelled",
-}
 
 NEW_EMAIL = "ada@new.example"
 OLD_EMAIL = "ada@example.test"  # the demo upstream's seed for c-1001
