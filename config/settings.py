@@ -342,12 +342,14 @@ COUNTERSIGN_EXECUTION_LEASE_SECONDS = env_float("COUNTERSIGN_EXECUTION_LEASE_SEC
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "data_folder_processed": str(_broker_dir / "processed"),
+        # Broadcast exchanges (worker remote control) would otherwise land in ./control.
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 else:
