@@ -162,6 +162,9 @@ class CredentialAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = ["connector", "role", "scheme", "header_name", "secret", "created_at"]
+        # OAuth2 configuration is not secret, but changing it would send the client
+        # secret elsewhere: it is fixed when the credential is stored (set_credential).
+        fields += ["token_url", "scope", "audience", "client_auth"]
         fields.append("created_by")
         if obj is not None and obj.revoked_at is not None:
             # Revocation is final: a new secret is stored with set_credential instead.

@@ -8,15 +8,16 @@ from functools import cached_property
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from .spec import ActionSpec
 
 
 class ConsequenceClass(models.TextChoices):
-    OBSERVATION = "observation", "Observation"
-    REVERSIBLE = "reversible", "Reversible change"
-    EXTERNAL = "external", "External commitment"
-    IRREVERSIBLE = "irreversible", "Irreversible or broad change"
+    OBSERVATION = "observation", _("Observation")
+    REVERSIBLE = "reversible", _("Reversible change")
+    EXTERNAL = "external", _("External commitment")
+    IRREVERSIBLE = "irreversible", _("Irreversible or broad change")
 
 
 class ChangeKind(models.TextChoices):
@@ -73,12 +74,29 @@ class Credential(models.Model):
         BEARER = "bearer", "Bearer token"
         HEADER = "header", "API key header"
         BASIC = "basic", "HTTP basic"
+        # The secret is a client id and secret; the process that presents the credential
+        # (worker for write, reader for read) exchanges it at ``token_url`` for a
+        # short-lived access token, kept in that process's memory only (executors/oauth.py).
+        OAUTH2 = "oauth2", "OAuth2 client credentials"
+
+    class ClientAuth(models.TextChoices):
+        BASIC = "basic", "HTTP Basic (client_secret_basic)"
+        BODY = "body", "Form body (client_secret_post)"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     connector = models.ForeignKey(Connector, on_delete=models.CASCADE, related_name="credentials")
     role = models.CharField(max_length=8, choices=Role.choices)
     scheme = models.CharField(max_length=8, choices=Scheme.choices, default=Scheme.BEARER)
     header_name = models.CharField(max_length=100, blank=True)
+    # OAuth2 client credentials only; none of these is secret. ``token_url`` is a path on
+    # the connector's origin, or an absolute URL on that origin or on one listed in
+    # COUNTERSIGN_OAUTH_TOKEN_ORIGINS.
+    token_url = models.CharField(max_length=500, blank=True)
+    scope = models.CharField(max_length=500, blank=True)
+    audience = models.CharField(max_length=500, blank=True)
+    client_auth = models.CharField(
+        max_length=8, choices=ClientAuth.choices, default=ClientAuth.BASIC
+    )
     ciphertext = models.BinaryField(editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True)

@@ -13,7 +13,7 @@ from approvals.audit import audit_record
 from .exceptions import NotFound
 from .models import Action, Agent, Connector, Credential, VaultState
 from .tokens import new_token, token_hash
-from .vault import seal
+from .vault import VaultError, check_secret_shape, oauth_token_url, seal
 
 
 def agent_create(
@@ -84,17 +84,36 @@ def credential_set(
     secret: dict[str, Any],
     scheme: str = Credential.Scheme.BEARER,
     header_name: str = "",
+    token_url: str = "",
+    scope: str = "",
+    audience: str = "",
+    client_auth: str = Credential.ClientAuth.BASIC,
     expires_at=None,
     actor: str = "system",
 ) -> Credential:
     """Store a new credential for (connector, role); older ones stay for the record but the
-    newest live one is used. Write secrets are sealed: this process cannot open them."""
+    newest live one is used. Write secrets are sealed: this process cannot open them.
+
+    An OAuth2 credential's secret is ``{"client_id", "client_secret"}``; its token URL,
+    scope, audience and client authentication are configuration, stored in clear. Raises
+    VaultError for a secret or token URL the scheme cannot use."""
+    check_secret_shape(scheme, secret)
+    if scheme == Credential.Scheme.OAUTH2:
+        oauth_token_url(base_url=connector.base_url, token_url=token_url)
+        if client_auth not in Credential.ClientAuth.values:
+            raise VaultError(f"client authentication is one of {Credential.ClientAuth.values}")
+    elif token_url or scope or audience:
+        raise VaultError("token URL, scope and audience belong to OAuth2 credentials")
     with transaction.atomic():
         credential = Credential(
             connector=connector,
             role=role,
             scheme=scheme,
             header_name=header_name,
+            token_url=token_url.strip(),
+            scope=scope.strip(),
+            audience=audience.strip(),
+            client_auth=client_auth,
             created_by=actor,
             expires_at=expires_at,
         )
@@ -103,7 +122,12 @@ def credential_set(
         audit_record(
             kind="credential.set",
             actor=actor,
-            data={"connector": connector.name, "role": role, "credential": str(credential.id)},
+            data={
+                "connector": connector.name,
+                "role": role,
+                "scheme": scheme,
+                "credential": str(credential.id),
+            },
         )
     return credential
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
@@ -77,7 +78,10 @@ def rotate_read_secret(credential: Credential) -> bytes:
 
 
 def auth_headers(credential: Credential, secret: dict[str, Any]) -> dict[str, str]:
-    """HTTP headers that present ``secret`` the way the credential's scheme says."""
+    """HTTP headers that present ``secret`` the way the credential's scheme says.
+
+    Static schemes only: an OAuth2 credential presents a token fetched at run time
+    (``executors.http.credential_auth``)."""
     if credential.scheme == Credential.Scheme.BEARER:
         return {"Authorization": f"Bearer {secret['token']}"}
     if credential.scheme == Credential.Scheme.HEADER:
@@ -85,7 +89,58 @@ def auth_headers(credential: Credential, secret: dict[str, Any]) -> dict[str, st
     if credential.scheme == Credential.Scheme.BASIC:
         raw = f"{secret['username']}:{secret['password']}".encode()
         return {"Authorization": "Basic " + base64.b64encode(raw).decode()}
+    if credential.scheme == Credential.Scheme.OAUTH2:
+        raise VaultError("an OAuth2 credential presents a fetched token, not its secret")
     raise VaultError(f"unknown credential scheme {credential.scheme!r}")
+
+
+def oauth_token_url(*, base_url: str, token_url: str) -> str:
+    """The absolute token URL of an OAuth2 credential on a connector at ``base_url``.
+
+    The client secret is sent there, so it must be the connector's own origin (a path
+    such as ``/oauth/token`` means that) or an origin an operator listed in
+    COUNTERSIGN_OAUTH_TOKEN_ORIGINS. Raises VaultError otherwise."""
+    from django.conf import settings
+
+    token_url = (token_url or "").strip()
+    if not token_url:
+        raise VaultError("an OAuth2 credential needs a token URL")
+    base = urlsplit(base_url)
+    own_origin = f"{base.scheme}://{base.netloc}".lower()
+    if token_url.startswith("/") and not token_url.startswith("//"):
+        token_url = own_origin + token_url
+    parts = urlsplit(token_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise VaultError("the token URL must be an http(s) URL or a path on the connector")
+    if parts.username is not None or parts.password is not None or parts.fragment:
+        raise VaultError("the token URL carries no user name, password or fragment")
+    if any(ord(ch) < 0x21 or ch == "\\" for ch in token_url):
+        raise VaultError("the token URL carries no whitespace or backslash")
+    origin = f"{parts.scheme}://{parts.netloc}".lower()
+    allowed = {own_origin} | {
+        o.strip().rstrip("/").lower() for o in settings.COUNTERSIGN_OAUTH_TOKEN_ORIGINS
+    }
+    if origin not in allowed:
+        raise VaultError(
+            f"the token URL's origin {origin} is not the connector's ({own_origin}) "
+            "and not listed in COUNTERSIGN_OAUTH_TOKEN_ORIGINS"
+        )
+    return token_url
+
+
+def check_secret_shape(scheme: str, secret: dict[str, Any]) -> None:
+    """Refuse a secret its scheme cannot present (raised before anything is stored)."""
+    needed = {
+        Credential.Scheme.BEARER: ("token",),
+        Credential.Scheme.HEADER: ("token",),
+        Credential.Scheme.BASIC: ("username", "password"),
+        Credential.Scheme.OAUTH2: ("client_id", "client_secret"),
+    }.get(scheme)
+    if needed is None:
+        raise VaultError(f"unknown credential scheme {scheme!r}")
+    missing = [k for k in needed if not isinstance(secret.get(k), str) or not secret[k]]
+    if missing:
+        raise VaultError(f"a {scheme} secret needs {', '.join(missing)}")
 
 
 def secret_values(secret: dict[str, Any]) -> list[str]:

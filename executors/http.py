@@ -13,7 +13,7 @@ import ssl
 import time
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -44,6 +44,8 @@ class UpstreamResponse:
     body: bytes
     elapsed_ms: int
     truncated: bool = False
+    # The first answer was 401 and the request was sent again with a renewed OAuth2 token.
+    reauthenticated: bool = False
     _json: Any = field(default=None, repr=False)
 
     def json(self) -> Any:
@@ -78,12 +80,61 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(verify=True, trust_env=False)
 
 
+class Auth(Protocol):
+    """How a client presents its credential."""
+
+    renewable: bool  # may a 401 be answered by renewing the credential and resending once?
+    header_names: frozenset[str]
+
+    def headers(self) -> dict[str, str]: ...
+
+    def renew(self) -> dict[str, str]: ...
+
+    def secret_values(self) -> list[str]: ...
+
+
+class StaticAuth:
+    """Fixed headers (bearer token, API-key header, basic auth)."""
+
+    renewable = False
+
+    def __init__(self, headers: dict[str, str] | None, secrets: list[str] | None = None) -> None:
+        self._headers = dict(headers or {})
+        self.header_names = frozenset(self._headers)
+        self._secrets = list(secrets or [])
+
+    def headers(self) -> dict[str, str]:
+        return dict(self._headers)
+
+    def renew(self) -> dict[str, str]:
+        return dict(self._headers)
+
+    def secret_values(self) -> list[str]:
+        return list(self._secrets)
+
+
+def credential_auth(credential, secret: dict[str, Any]) -> Auth:
+    """How to present ``credential`` with its opened ``secret``."""
+    from actions.models import Credential
+    from actions.vault import auth_headers, secret_values
+
+    if credential.scheme == Credential.Scheme.OAUTH2:
+        from .oauth import OAuth2Auth
+
+        return OAuth2Auth(credential, secret)
+    return StaticAuth(auth_headers(credential, secret), secret_values(secret))
+
+
 class _Client:
     allowed_methods: frozenset[str] | None = None
 
-    def __init__(self, connector: Connector, credential_headers: dict[str, str] | None) -> None:
+    def __init__(
+        self, connector: Connector, credential: dict[str, str] | Auth | None = None
+    ) -> None:
         self.connector = connector
-        self._credential_headers = dict(credential_headers or {})
+        if credential is None or isinstance(credential, dict):
+            credential = StaticAuth(credential)
+        self._auth: Auth = credential
         timeout = httpx.Timeout(
             connect=min(connector.connect_timeout, settings.COUNTERSIGN_HTTP_CONNECT_TIMEOUT),
             read=min(connector.read_timeout, settings.COUNTERSIGN_HTTP_READ_TIMEOUT),
@@ -124,7 +175,21 @@ class _Client:
         if body is not None:
             content = json.dumps(body, ensure_ascii=False).encode()
             all_headers["Content-Type"] = content_type
-        all_headers.update(self._credential_headers)
+        # An OAuth2 credential may fetch its token here (TokenError: nothing was sent).
+        all_headers.update(self._auth.headers())
+        response = self._send(method, url, all_headers, content)
+        if response.status == 401 and self._auth.renewable:
+            # The token may have been revoked or expired early upstream. A request refused
+            # at authentication had no effect, so sending it once more with a fresh token
+            # is not a second write; a second 401 stands.
+            all_headers.update(self._auth.renew())
+            response = self._send(method, url, all_headers, content)
+            response.reauthenticated = True
+        return response
+
+    def _send(
+        self, method: str, url: str, all_headers: dict[str, str], content: bytes | None
+    ) -> UpstreamResponse:
         started = time.monotonic()
         limit = settings.COUNTERSIGN_HTTP_MAX_RESPONSE_BYTES
         try:
@@ -180,8 +245,8 @@ class WriteClient(_Client):
 def read_client(connector: Connector) -> ReadOnlyClient:
     """The read-only client for a connector, carrying only its read credential."""
     from actions.models import Credential
-    from actions.vault import auth_headers, open_read_secret
+    from actions.vault import open_read_secret
 
     credential = connector.credential(Credential.Role.READ)
-    headers = auth_headers(credential, open_read_secret(credential)) if credential else {}
-    return ReadOnlyClient(connector, headers)
+    auth = credential_auth(credential, open_read_secret(credential)) if credential else None
+    return ReadOnlyClient(connector, auth)

@@ -8,7 +8,14 @@ import pytest
 from django.http import HttpResponse
 from django.urls import path
 
-from tests.conftest import READ_TOKEN, WRITE_TOKEN, CanaryLeak, canary_check, canary_leaks
+from tests.conftest import (
+    OAUTH_CLIENT_ID,
+    READ_TOKEN,
+    WRITE_TOKEN,
+    CanaryLeak,
+    canary_check,
+    canary_leaks,
+)
 
 UPSTREAM = "http://127.0.0.1:8765"
 API = "http://testserver/api/v1/plans/42"
@@ -77,4 +84,35 @@ def test_the_canary_watches_httpx_calls_to_the_live_server(canary):
         assert http.get("http://upstream.test/x").status_code == 500
         with pytest.raises(CanaryLeak, match="http://countersign.test/api/v1/plans"):
             http.get("http://countersign.test/api/v1/plans")
+    canary.leaks.clear()
+
+
+def test_the_canary_reads_every_log_record_at_every_level(canary):
+    import logging
+
+    logging.getLogger("countersign.test").debug("sending with %s", WRITE_TOKEN)
+    assert canary.leaks == [
+        "a DEBUG log record of countersign.test carries the upstream write token"
+    ]
+    canary.leaks.clear()
+    try:
+        raise ValueError(f"bad token {READ_TOKEN}")
+    except ValueError:
+        logging.getLogger("countersign.test").exception("failed")
+    assert "read token" in canary.leaks[0]
+    canary.leaks.clear()
+
+
+def test_the_canary_knows_the_oauth_client_secret_and_issued_tokens(upstream, canary):
+    from tests.conftest import OAUTH_CLIENT_SECRET
+
+    with pytest.raises(CanaryLeak, match="OAuth2 client secret"):
+        canary_check(API, [], OAUTH_CLIENT_SECRET)
+    token = httpx.post(
+        upstream.url + "/oauth/token",
+        data={"grant_type": "client_credentials"},
+        auth=(OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET),
+    ).json()["access_token"]
+    with pytest.raises(CanaryLeak, match="access token"):
+        canary.check(API, [], f"token {token}")
     canary.leaks.clear()

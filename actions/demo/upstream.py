@@ -15,12 +15,15 @@ installing anything. See ``docs/demo-upstream.md`` for the endpoint reference.
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import copy
 import hashlib
 import hmac
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import socketserver
@@ -32,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
 
 MAX_BODY_BYTES = 1024 * 1024
 # A too-large body is read and thrown away (up to this much) before answering 413, so the client
@@ -41,6 +44,13 @@ _MAX_DRAIN_BYTES = 16 * MAX_BODY_BYTES
 
 DEFAULT_READ_TOKEN = "demo-read-token"
 DEFAULT_WRITE_TOKEN = "demo-write-token"
+# OAuth2 client credentials (POST /oauth/token): the one registered client, and how long
+# the access tokens it gets live (seconds).
+DEFAULT_OAUTH_CLIENT_ID = "demo-client"
+DEFAULT_OAUTH_CLIENT_SECRET = "demo-client-secret"
+DEFAULT_OAUTH_TOKEN_TTL = 300
+TOKEN_PATH = "/oauth/token"
+_OAUTH_SCOPES = frozenset({"read", "write"})
 
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 _MERGE_PATCH_TYPES = frozenset({"application/merge-patch+json", "application/json"})
@@ -205,6 +215,7 @@ class Fault:
     close: bool = False
     # With a status: "echo" answers with an error page that leaks what a careless upstream
     # leaks (the Authorization header it received, an internal URL, a stack trace);
+    # "echo-request" leaks every request header and the request body as well;
     # "huge" answers with a body of several megabytes.
     body: str | None = None
 
@@ -310,6 +321,14 @@ def _reject_read_only(
             raise HTTPError(422, f"{key} is read-only")
 
 
+def base64_decode(value: str) -> str:
+    """Strict base64 to text (an HTTP Basic credential); ValueError if it is not."""
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise ValueError("not base64 text") from None
+
+
 def _format_seconds(value: float) -> str:
     # "1" rather than "1.0" for whole seconds; fractions are kept so tests can stay fast.
     return f"{value:g}"
@@ -334,8 +353,15 @@ class DemoUpstream:
         port: int = 0,
         read_token: str = DEFAULT_READ_TOKEN,
         write_token: str = DEFAULT_WRITE_TOKEN,
+        oauth_client_id: str = DEFAULT_OAUTH_CLIENT_ID,
+        oauth_client_secret: str = DEFAULT_OAUTH_CLIENT_SECRET,
+        oauth_token_ttl: int = DEFAULT_OAUTH_TOKEN_TTL,
         verbose: bool = False,
     ) -> None:
+        if not oauth_client_id or not oauth_client_secret:
+            raise ValueError("the OAuth2 client id and secret must be non-empty")
+        if not _is_int(oauth_token_ttl) or oauth_token_ttl < 1:
+            raise ValueError("oauth_token_ttl must be a positive number of seconds")
         if not read_token or not write_token:
             raise ValueError("read and write tokens must be non-empty")
         if read_token == write_token:
@@ -344,6 +370,9 @@ class DemoUpstream:
         self.host = host
         self.read_token = read_token
         self.write_token = write_token
+        self.oauth_client_id = oauth_client_id
+        self.oauth_client_secret = oauth_client_secret
+        self.oauth_token_ttl = oauth_token_ttl
         self.verbose = verbose
         self._requested_port = port
         self._bound_port: int | None = None
@@ -351,6 +380,9 @@ class DemoUpstream:
         self._thread: threading.Thread | None = None
         # One re-entrant lock around all mutable state (data, log, faults, counters).
         self._lock = threading.RLock()
+        # Every access token ever issued, kept across resets, so a test can look for them
+        # where they must never appear (tests/conftest.py, the canary).
+        self._issued_tokens: list[str] = []
         self._reset_locked()
         self._routes = self._build_routes()
 
@@ -419,6 +451,9 @@ class DemoUpstream:
         self._faults: list[Fault] = []
         self._idempotency: dict[str, tuple[str, Response]] = {}
         self._counters = {"deployments": 0, "reminders": 0}
+        # Issued access tokens: token -> (expiry as time.time(), scopes).
+        self._oauth_tokens: dict[str, tuple[float, frozenset[str]]] = {}
+        self._token_requests = 0
 
     def requests_log(self) -> list[dict[str, Any]]:
         """Every non-``/_demo/`` request, oldest first: {method, path, headers, body, at, status}.
@@ -467,8 +502,8 @@ class DemoUpstream:
             raise ValueError("retry_after must be a non-negative number or null")
         if not isinstance(apply, bool) or not isinstance(close, bool):
             raise ValueError("apply and close must be booleans")
-        if body not in (None, "echo", "huge"):
-            raise ValueError('body must be null, "echo" or "huge"')
+        if body not in (None, "echo", "echo-request", "huge"):
+            raise ValueError('body must be null, "echo", "echo-request" or "huge"')
         fault = Fault(
             method=normalized_method,
             path_prefix=path_prefix,
@@ -492,6 +527,30 @@ class DemoUpstream:
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
+
+    def token_requests(self) -> int:
+        """How many requests reached POST /oauth/token (granted or not) since the reset."""
+        with self._lock:
+            return self._token_requests
+
+    def revoke_tokens(self) -> int:
+        """Forget every issued access token (as an authorization server revoking them
+        would): the next request presenting one gets 401. Returns how many there were."""
+        with self._lock:
+            count = len(self._oauth_tokens)
+            self._oauth_tokens.clear()
+            return count
+
+    def issued_tokens(self) -> list[str]:
+        """Every access token this server issued since it started."""
+        with self._lock:
+            return list(self._issued_tokens)
+
+    def oauth_info(self) -> dict[str, Any]:
+        with self._lock:
+            now = time.time()
+            live = sum(1 for expiry, _ in self._oauth_tokens.values() if expiry > now)
+            return {"token_requests": self._token_requests, "live_tokens": live}
 
     def mutate(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch a stored object as if someone else changed it upstream.
@@ -551,6 +610,10 @@ class DemoUpstream:
         """Pop one use of the first matching fault (atomically, so concurrent requests share)."""
         with self._lock:
             for fault in self._faults:
+                # The token endpoint misbehaves only when a fault is aimed at it: a
+                # catch-all fault is about the upstream's business requests.
+                if path == TOKEN_PATH and not fault.path_prefix.startswith("/oauth"):
+                    continue
                 if fault.matches(method, path):
                     fault.times -= 1
                     if fault.times <= 0:
@@ -568,6 +631,13 @@ class DemoUpstream:
         is_write = hmac.compare_digest(token.encode(), self.write_token.encode())
         is_read = hmac.compare_digest(token.encode(), self.read_token.encode())
         if not (is_write or is_read):
+            with self._lock:
+                issued = self._oauth_tokens.get(token)
+            if issued is not None and issued[0] <= time.time():
+                raise HTTPError(401, "token expired", headers=challenge)
+            if issued is not None:
+                is_read, is_write = True, "write" in issued[1]
+        if not (is_write or is_read):
             raise HTTPError(401, "invalid token", headers=challenge)
         if request.method not in _SAFE_METHODS and not is_write:
             raise HTTPError(403, "read-only credential")
@@ -584,6 +654,73 @@ class DemoUpstream:
         except Exception:  # a bug here must still produce an HTTP answer, not a hung client
             traceback.print_exc()
             return Response(500, {"error": "internal error"})
+
+    def handle_token(self, request: Request) -> Response:
+        """POST /oauth/token: the OAuth2 client-credentials grant (RFC 6749 4.4).
+
+        The client authenticates with HTTP Basic or with client_id/client_secret in the
+        form body (not both). ``scope`` is "read", "write" or both (default "read"); a
+        token with "write" may write, like the static write token. Errors follow RFC 6749
+        5.2 and never repeat what the client sent."""
+        with self._lock:
+            self._token_requests += 1
+        no_store = {"Cache-Control": "no-store"}
+
+        def error(status: int, code: str, **headers: str) -> Response:
+            return Response(status, {"error": code}, {**no_store, **headers})
+
+        if request.method != "POST":
+            return error(405, "invalid_request", Allow="POST")
+        if request.media_type() != "application/x-www-form-urlencoded":
+            return error(400, "invalid_request")
+        try:
+            form = parse_qs(request.raw_body.decode("ascii"), keep_blank_values=True)
+        except UnicodeDecodeError:
+            return error(400, "invalid_request")
+        if any(len(values) != 1 for values in form.values()):
+            return error(400, "invalid_request")
+        fields = {name: values[0] for name, values in form.items()}
+        if fields.get("grant_type") != "client_credentials":
+            return error(400, "unsupported_grant_type")
+        header = request.headers.get("authorization", "")
+        scheme, _, encoded = header.partition(" ")
+        in_body = "client_id" in fields or "client_secret" in fields
+        if header and in_body:
+            return error(400, "invalid_request")  # one authentication method only
+        if header:
+            if scheme.lower() != "basic":
+                return error(401, "invalid_client", **{"WWW-Authenticate": "Basic"})
+            try:
+                decoded = base64_decode(encoded.strip())
+            except ValueError:
+                return error(401, "invalid_client", **{"WWW-Authenticate": "Basic"})
+            raw_id, _, raw_secret = decoded.partition(":")
+            client_id, client_secret = unquote_plus(raw_id), unquote_plus(raw_secret)
+        else:
+            client_id = fields.get("client_id", "")
+            client_secret = fields.get("client_secret", "")
+        valid = hmac.compare_digest(
+            client_id.encode(), self.oauth_client_id.encode()
+        ) & hmac.compare_digest(client_secret.encode(), self.oauth_client_secret.encode())
+        if not valid:
+            return error(401, "invalid_client", **{"WWW-Authenticate": "Basic"})
+        scopes = frozenset((fields.get("scope") or "read").split())
+        if not scopes or not scopes <= _OAUTH_SCOPES:
+            return error(400, "invalid_scope")
+        token = "oat-" + secrets.token_urlsafe(24)
+        with self._lock:
+            self._oauth_tokens[token] = (time.time() + self.oauth_token_ttl, scopes)
+            self._issued_tokens.append(token)
+        return Response(
+            200,
+            {
+                "access_token": token,
+                "token_type": "Bearer",
+                "expires_in": self.oauth_token_ttl,
+                "scope": " ".join(sorted(scopes)),
+            },
+            no_store,
+        )
 
     def _route(self, method: str, path: str) -> tuple[Any, tuple[str, ...]]:
         for pattern, methods in self._routes:
@@ -838,6 +975,14 @@ class DemoUpstream:
                 is_contact = urlsplit(target).path.startswith("/contacts/")
                 headers = {"ETag": contact_etag(updated)} if is_contact else {}
                 return Response(200, updated, headers)
+            if path == "/_demo/oauth":
+                if method not in _SAFE_METHODS:
+                    raise HTTPError(405, "method not allowed", headers={"Allow": "GET, HEAD"})
+                return Response(200, self.oauth_info())
+            if path == "/_demo/oauth/revoke":
+                if method != "POST":
+                    raise HTTPError(405, "method not allowed", headers={"Allow": "POST"})
+                return Response(200, {"revoked": self.revoke_tokens()})
             if path == "/_demo/faults":
                 if method in _SAFE_METHODS:
                     return Response(200, self.faults())
@@ -1033,16 +1178,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(upstream.handle_control(method, path, raw_body))
             return
 
-        entry = upstream._log_request(method, self.path, headers, raw_body)
+        # Token requests are counted (token_requests()) but kept out of the request log, so
+        # requests_log() and writes() stay the business requests they always were.
+        is_token = path == TOKEN_PATH
+        handle = upstream.handle_token if is_token else upstream.handle
+        entry = None if is_token else upstream._log_request(method, self.path, headers, raw_body)
         request = Request(method, path, parse_qs(split.query), headers, raw_body)
         fault = upstream._take_fault(method, path)
         if fault is None:
-            self._respond(entry, upstream.handle(request))
+            self._respond(entry, handle(request))
             return
 
         # With apply the request really takes effect before the fault is delivered; without it
         # nothing is processed unless the fault only delays (then it is just a slow upstream).
-        response = upstream.handle(request) if fault.apply else None
+        response = handle(request) if fault.apply else None
         if fault.delay:
             time.sleep(fault.delay)
         if fault.close:
@@ -1065,18 +1214,28 @@ class _Handler(BaseHTTPRequestHandler):
                         ),
                     },
                 )
+            elif fault.body == "echo-request":
+                response = Response(
+                    fault.status,
+                    {
+                        "error": "internal error",
+                        "request_headers": headers,
+                        "request_body": raw_body[:4096].decode("utf-8", "replace"),
+                    },
+                )
             elif fault.body == "huge":
                 response = Response(fault.status, {"error": "x" * (3 * MAX_BODY_BYTES)})
         elif response is None:
-            response = upstream.handle(request)
+            response = handle(request)
         if fault.retry_after is not None:
             response.headers["Retry-After"] = _format_seconds(fault.retry_after)
         self._respond(entry, response)
 
-    def _respond(self, entry: dict[str, Any], response: Response) -> None:
+    def _respond(self, entry: dict[str, Any] | None, response: Response) -> None:
         # Record the status *before* sending: a client that reads the log right after getting
         # its answer must find it there.
-        self.server.upstream._set_logged_status(entry, response.status)
+        if entry is not None:
+            self.server.upstream._set_logged_status(entry, response.status)
         self._send(response)
 
 
@@ -1102,6 +1261,22 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("DEMO_UPSTREAM_WRITE_TOKEN") or DEFAULT_WRITE_TOKEN,
         help="bearer token that may read and write (env DEMO_UPSTREAM_WRITE_TOKEN)",
     )
+    parser.add_argument(
+        "--oauth-client-id",
+        default=os.environ.get("DEMO_UPSTREAM_OAUTH_CLIENT_ID") or DEFAULT_OAUTH_CLIENT_ID,
+        help="client id accepted at POST /oauth/token (env DEMO_UPSTREAM_OAUTH_CLIENT_ID)",
+    )
+    parser.add_argument(
+        "--oauth-client-secret",
+        default=os.environ.get("DEMO_UPSTREAM_OAUTH_CLIENT_SECRET") or DEFAULT_OAUTH_CLIENT_SECRET,
+        help="its client secret (env DEMO_UPSTREAM_OAUTH_CLIENT_SECRET)",
+    )
+    parser.add_argument(
+        "--oauth-token-ttl",
+        type=int,
+        default=DEFAULT_OAUTH_TOKEN_TTL,
+        help="seconds an issued access token lives",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
 
@@ -1111,6 +1286,9 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             read_token=args.read_token,
             write_token=args.write_token,
+            oauth_client_id=args.oauth_client_id,
+            oauth_client_secret=args.oauth_client_secret,
+            oauth_token_ttl=args.oauth_token_ttl,
             verbose=args.verbose,
         ).start()
     except (OSError, ValueError) as exc:

@@ -470,3 +470,74 @@ def test_cli_prints_url_and_stops_on_sigterm() -> None:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+# ------------------------------------------------------------------------------------ OAuth2
+
+
+def _token(upstream: DemoUpstream, **kw) -> httpx.Response:
+    data = {"grant_type": "client_credentials", **kw.pop("data", {})}
+    return httpx.post(upstream.url + "/oauth/token", data=data, timeout=2, **kw)
+
+
+CLIENT = ("demo-client", "demo-client-secret")
+
+
+def test_the_token_endpoint_grants_client_credentials(upstream: DemoUpstream) -> None:
+    response = _token(upstream, auth=CLIENT, data={"scope": "write"})
+    assert response.status_code == 200
+    assert response.headers["cache-control"] == "no-store"
+    body = response.json()
+    assert body["token_type"] == "Bearer" and body["expires_in"] == 300
+    assert body["scope"] == "write"
+    bearer = {"Authorization": f"Bearer {body['access_token']}"}
+    etag = httpx.get(upstream.url + "/contacts/c-1001", headers=bearer).headers["etag"]
+    patch = httpx.patch(
+        upstream.url + "/contacts/c-1001",
+        json={"email": "a@b.example"},
+        headers={**bearer, "If-Match": etag},
+    )
+    assert patch.status_code == 200
+    # The body method works too; a read-scoped token cannot write.
+    read = _token(upstream, data={"client_id": CLIENT[0], "client_secret": CLIENT[1]}).json()
+    assert read["scope"] == "read"
+    bearer = {"Authorization": f"Bearer {read['access_token']}"}
+    assert httpx.get(upstream.url + "/contacts/c-1001", headers=bearer).status_code == 200
+    assert httpx.delete(upstream.url + "/contacts/c-1001", headers=bearer).status_code == 403
+    assert upstream.token_requests() == 2
+    assert [e["path"] for e in upstream.requests_log()] == ["/contacts/c-1001"] * 4
+
+
+@pytest.mark.parametrize(
+    ("kw", "status", "error"),
+    [
+        ({"auth": ("demo-client", "wrong")}, 401, "invalid_client"),
+        ({}, 401, "invalid_client"),
+        ({"auth": CLIENT, "data": {"client_id": "demo-client"}}, 400, "invalid_request"),
+        ({"auth": CLIENT, "data": {"grant_type": "password"}}, 400, "unsupported_grant_type"),
+        ({"auth": CLIENT, "data": {"scope": "admin"}}, 400, "invalid_scope"),
+    ],
+)
+def test_the_token_endpoint_refuses(upstream: DemoUpstream, kw, status, error) -> None:
+    response = _token(upstream, **kw)
+    assert response.status_code == status
+    assert response.json() == {"error": error}
+    assert "demo-client-secret" not in response.text
+
+
+def test_tokens_expire_and_can_be_revoked(upstream: DemoUpstream, monkeypatch) -> None:
+    import time
+
+    token = _token(upstream, auth=CLIENT).json()["access_token"]
+    bearer = {"Authorization": f"Bearer {token}"}
+    assert httpx.get(upstream.url + "/notes/n-1", headers=bearer).status_code == 200
+    assert upstream.revoke_tokens() == 1
+    assert httpx.get(upstream.url + "/notes/n-1", headers=bearer).status_code == 401
+    token = _token(upstream, auth=CLIENT).json()["access_token"]
+    bearer = {"Authorization": f"Bearer {token}"}
+    later = time.time() + 301
+    monkeypatch.setattr("actions.demo.upstream.time.time", lambda: later)
+    response = httpx.get(upstream.url + "/notes/n-1", headers=bearer)
+    assert response.status_code == 401
+    assert response.json() == {"error": "token expired"}
+    assert upstream.issued_tokens()[-1] == token

@@ -112,3 +112,52 @@ def test_two_approvers_are_two_different_people(make_plan, reviewer, decide):
     with pytest.raises(AlreadyDecided):
         decide(plan, reviewer)
     assert fresh(plan).status == PlanStatus.AWAITING_APPROVAL
+
+
+def test_an_agent_registered_with_create_agent_records_its_registrar(
+    make_plan, reviewer, second_reviewer, decide, one_approver_irreversible, capsys
+):
+    from django.core.management import call_command
+
+    call_command(
+        "create_agent",
+        "ritas-bot",
+        "--actions",
+        "delete_contact",
+        "--activate",
+        "--created-by",
+        "rita",
+    )
+    assert "registered by rita" in capsys.readouterr().out
+    bot = Agent.objects.get(name="ritas-bot")
+    assert bot.created_by == reviewer
+    assert AuditEvent.objects.get(kind="agent.created", data__agent="ritas-bot").actor == (
+        "cli:rita"
+    )
+    plan = make_plan(**DELETE, by=bot)
+    with pytest.raises(NotAllowed, match="registered this agent"):
+        decide(plan, reviewer)
+    decide(plan, second_reviewer)
+    assert fresh(plan).status == PlanStatus.APPROVED
+
+
+def test_create_agent_defaults_the_registrar_to_the_running_user(
+    catalog, reviewer, monkeypatch, capsys
+):
+    from django.core.management import call_command
+
+    monkeypatch.setattr("getpass.getuser", lambda: "rita")
+    call_command("create_agent", "default-bot", "--actions", "delete_contact")
+    assert Agent.objects.get(name="default-bot").created_by == reviewer
+    monkeypatch.setattr("getpass.getuser", lambda: "nobody-here")
+    call_command("create_agent", "orphan-bot", "--actions", "delete_contact")
+    assert "no registrar recorded" in capsys.readouterr().out
+    assert Agent.objects.get(name="orphan-bot").created_by is None
+
+
+def test_create_agent_refuses_an_unknown_registrar(catalog):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="no user named"):
+        call_command("create_agent", "x-bot", "--created-by", "ghost")
+    assert not Agent.objects.filter(name="x-bot").exists()

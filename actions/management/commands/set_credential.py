@@ -13,31 +13,69 @@ from actions.vault import VaultError
 class Command(BaseCommand):
     help = (
         "Store a connector credential. The secret is read from standard input (never "
-        "from the command line, where it would land in shell history and ps output)."
+        "from the command line, where it would land in shell history and ps output). "
+        "For --scheme oauth2 the client id and the client secret are read, one a line; "
+        "the token URL, scope and audience are options (not secret)."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("connector")
         parser.add_argument("role", choices=["read", "write"])
-        parser.add_argument("--scheme", choices=["bearer", "header"], default="bearer")
+        parser.add_argument("--scheme", choices=["bearer", "header", "oauth2"], default="bearer")
         parser.add_argument("--header-name", default="")
+        parser.add_argument(
+            "--token-url",
+            default="",
+            help="oauth2: a path on the connector (/oauth/token) or an absolute URL on its "
+            "origin or on one listed in COUNTERSIGN_OAUTH_TOKEN_ORIGINS",
+        )
+        parser.add_argument("--scope", default="", help="oauth2: the scope to ask for")
+        parser.add_argument("--audience", default="", help="oauth2: the audience to ask for")
+        parser.add_argument(
+            "--client-auth",
+            choices=Credential.ClientAuth.values,
+            default=Credential.ClientAuth.BASIC,
+            help="oauth2: send the client id and secret with HTTP Basic or in the form body",
+        )
 
-    def handle(self, *args, connector: str, role: str, scheme: str, header_name: str, **options):
+    def handle(
+        self,
+        *args,
+        connector: str,
+        role: str,
+        scheme: str,
+        header_name: str,
+        token_url: str,
+        scope: str,
+        audience: str,
+        client_auth: str,
+        **options,
+    ):
         conn = Connector.objects.filter(name=connector).first()
         if conn is None:
             raise CommandError(f"no connector named {connector!r}")
         if scheme == "header" and not header_name:
             raise CommandError("--scheme header needs --header-name")
-        token = getpass.getpass("secret: ") if sys.stdin.isatty() else sys.stdin.readline().strip()
-        if not token:
-            raise CommandError("empty secret")
+        if scheme == Credential.Scheme.OAUTH2:
+            if not token_url:
+                raise CommandError("--scheme oauth2 needs --token-url")
+            secret = {
+                "client_id": self._read("client id: ", hidden=False),
+                "client_secret": self._read("client secret: "),
+            }
+        else:
+            secret = {"token": self._read("secret: ")}
         try:
             credential = credential_set(
                 connector=conn,
                 role=role,
-                secret={"token": token},
+                secret=secret,
                 scheme=scheme,
                 header_name=header_name,
+                token_url=token_url,
+                scope=scope,
+                audience=audience,
+                client_auth=client_auth,
                 actor="cli",
             )
         except VaultError as exc:
@@ -46,3 +84,13 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{role} credential for {connector} stored ({sealed}); id {credential.id}"
         )
+
+    def _read(self, prompt: str, *, hidden: bool = True) -> str:
+        if sys.stdin.isatty():
+            value = getpass.getpass(prompt) if hidden else input(prompt)
+        else:
+            value = sys.stdin.readline()
+        value = value.strip()
+        if not value:
+            raise CommandError(f"empty {prompt.rstrip(': ')}")
+        return value

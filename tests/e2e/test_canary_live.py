@@ -1,0 +1,52 @@
+"""The canary over real processes: an OAuth2 read credential used by the live web server
+and an OAuth2 write credential opened only by the live worker, through a success and an
+upstream error page that echoes every request header and body. Afterwards neither
+process's log nor any database column holds a secret or an access token."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from actions.models import Connector, Credential
+from actions.services import credential_set
+from tests.conftest import OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET, secrets_in
+from tests.security.test_canary_db import secret_hits
+
+pytestmark = pytest.mark.e2e
+
+
+def test_live_logs_and_columns_hold_no_secret(agent_api, rita, upstream, live):
+    connector = Connector.objects.get(name="demo")
+    Credential.objects.update(revoked_at=timezone.now())
+    for role in ("read", "write"):
+        credential_set(
+            connector=connector,
+            role=role,
+            secret={"client_id": OAUTH_CLIENT_ID, "client_secret": OAUTH_CLIENT_SECRET},
+            scheme=Credential.Scheme.OAUTH2,
+            token_url="/oauth/token",
+            scope=role,
+        )
+
+    plan = agent_api.propose(email="ada.live@new.example")
+    rita.decide(plan["id"], "approve")
+    assert agent_api.wait_for(plan["id"])["status"] == "completed"
+
+    upstream.add_fault(
+        method="PATCH", path_prefix="/contacts/", status=500, body="echo-request", apply=True
+    )
+    plan = agent_api.propose(email="ada.echo@new.example")
+    rita.decide(plan["id"], "approve")
+    agent_api.wait_for(plan["id"])
+
+    tokens = upstream.issued_tokens()
+    assert upstream.token_requests() >= 2  # one in the web process, one in the worker
+    writes = upstream.writes()
+    assert writes and all(w["headers"]["authorization"].startswith("Bearer oat-") for w in writes)
+    for name in ("web", "worker"):
+        log = (live["worker"].log_path.parent / f"{name}.log").read_text(errors="replace")
+        assert log, name
+        assert secrets_in(log, tokens) == [], f"the live {name}'s log"
+    hits, _ = secret_hits(tokens)
+    assert hits == []
