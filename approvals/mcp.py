@@ -49,7 +49,6 @@ from actions.services import agent_authenticate
 from actions.spec import markdown_block, markdown_code
 
 from .api import (
-    POLL_INTERVAL_SECONDS,
     Unauthenticated,
     action_out,
     plan_out,
@@ -62,6 +61,7 @@ from .ratelimit import rate_limit_check
 from .schemas import PlanCreate, PlanOut
 from .selectors import actions_for_agent, plan_for_agent
 from .services import plan_cancel, plan_submit
+from .wakeups import wait_for_change
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,13 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
     """The plan as a person checks it in seconds: what changes, the exact input, who
     must approve, and where."""
     status = doc["status"]
-    if proposed:
+    if proposed and doc.get("approved_by") == "session_grant":
+        head = (
+            "**Proposed and approved by a session grant — nothing has been written yet.** "
+            "A reviewer's grant for this agent covers this exact plan; a worker applies it "
+            f"once; status {markdown_code(status)}."
+        )
+    elif proposed:
         head = (
             "**Proposed — nothing has been written.** "
             f"A person must approve this exact plan; status {markdown_code(status)}."
@@ -384,7 +390,13 @@ def action_tool(action: Action) -> types.Tool:
             "This call only PROPOSES the change. Countersign reads the target without "
             "changing it and returns a preview, a plan id, a short code and a review URL. "
             f"Nothing is written upstream until {_people(approvals)} approve this exact "
-            "plan; then a worker applies it once. Follow it with get_plan.",
+            "plan"
+            + (
+                ", or a session grant a reviewer made for you covers it"
+                if out["approval"].get("session_grant_eligible")
+                else ""
+            )
+            + "; then a worker applies it once. Follow it with get_plan.",
         )
         if part
     )
@@ -677,17 +689,13 @@ def build_server(
         except CountersignError as exc:
             return error_result(_for_call(exc), consequence="Nothing changed.")
         if wait and plan.status not in TERMINAL:
-            # The same long-poll as GET /plans/{id}?wait=N: return on the first change.
-            seen = plan.status
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + wait
+            # The same long-poll as GET /plans/{id}?wait=N: woken by approvals.wakeups on
+            # the first change, holding no thread or connection meanwhile. The status is
+            # read again after registering, so a change since the read above counts.
             status_of = _db(
                 lambda: Plan.objects.filter(id=plan.id).values_list("status", flat=True).first()
             )
-            while loop.time() < deadline:
-                await asyncio.sleep(min(POLL_INTERVAL_SECONDS, max(0.0, deadline - loop.time())))
-                if await status_of() != seen:
-                    break
+            await wait_for_change(plan.id, read=status_of, timeout=wait)
             plan = await _db(plan_for_agent)(agent, plan.id)
         return await _db(plan_result)(plan, proposed=False)
 

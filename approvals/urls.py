@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import views, views_grants
 
 app_name = "approvals"
 
@@ -9,6 +9,9 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit"),
     path("dashboard/", views.dashboard, name="dashboard"),
     path("audit/export.<str:fmt>", views.audit_export, name="audit-export"),
+    path("grants/", views_grants.grants, name="grants"),
+    path("grants/new", views_grants.grant_create_view, name="grant-create"),
+    path("grants/<uuid:grant_id>/revoke", views_grants.grant_revoke_view, name="grant-revoke"),
     path("<uuid:plan_id>/", views.plan_detail, name="plan-detail"),
     path("<uuid:plan_id>/decide", views.plan_decide, name="plan-decide"),
     path("<uuid:plan_id>/revoke", views.plan_revoke, name="plan-revoke"),

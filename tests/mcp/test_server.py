@@ -385,3 +385,27 @@ def test_pointers_are_aimed_at_the_tool_call():
 def test_an_input_named_reason_keeps_its_name():
     assert _reason_field({"properties": {"email": {}}}) == "reason"
     assert _reason_field({"properties": {"reason": {}}}) == "countersign_reason"
+
+
+def test_a_plan_a_session_grant_covers_says_so_and_the_tool_mentions_grants(
+    in_process, catalog, agent, agent_token, reviewer, upstream
+):
+    from approvals.grants import grant_create
+
+    tools = {t.name: t for t in run(in_process, agent_token, lambda c: c.list_tools()).tools}
+    assert "session grant" in tools["update_invoice_memo"].description
+    assert "session grant" not in tools["delete_contact"].description
+
+    grant_create(
+        creator=reviewer, agent=agent, action_names=["update_invoice_memo"], duration_seconds=600
+    )
+    args = {"invoice_id": "inv-2001", "memo": "net 30", "reason": "asked"}
+    result = run(in_process, agent_token, lambda c: c.call_tool("update_invoice_memo", args))
+
+    assert not result.is_error
+    plan = Plan.objects.get()
+    assert plan.status == "approved"
+    text = result.content[0].text
+    assert "approved by a session grant" in text
+    assert "A person must approve" not in text
+    assert upstream.writes() == [], "proposing wrote upstream"

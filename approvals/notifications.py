@@ -1,0 +1,232 @@
+"""Telling reviewers that a plan awaits a decision: email and signed webhooks.
+
+Sent by Celery tasks (approvals.tasks) after the plan is committed, never from the
+request that submitted it: a slow or failing receiver cannot delay or break a
+submission. Each NotificationTarget names a reviewer group and a channel.
+
+What a message carries: the action, the agent, the target, the consequence class, the
+short code and the review URL. Never the agent's reason (untrusted text, and it could
+be written to look like an instruction), never input values, never secrets.
+
+Webhook requests are signed like Slack's: ``X-Countersign-Signature: sha256=<hex>``
+where the hex is HMAC-SHA256 under the target's secret of
+``<X-Countersign-Timestamp>.<raw body>``. A receiver recomputes it, compares in
+constant time, and rejects timestamps older than a few minutes (replay).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import EmailMessage, mailers
+from django.utils.translation import gettext as _
+
+from .models import NotificationTarget, Plan, PlanStatus
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Countersign-Signature"
+TIMESTAMP_HEADER = "X-Countersign-Timestamp"
+DELIVERY_HEADER = "X-Countersign-Delivery"
+USER_AGENT = "Countersign-Notifications/1"
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The signature header's value for ``body`` sent at ``timestamp``."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def verify(
+    secret: str, timestamp: str, body: bytes, signature: str, *, tolerance: int = 300, now=None
+) -> bool:
+    """What a receiver does (and the tests do): recompute, compare, refuse old ones."""
+    try:
+        age = abs((now if now is not None else time.time()) - int(timestamp))
+    except ValueError:
+        return False
+    return age <= tolerance and hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+def _facts(plan: Plan) -> dict[str, Any]:
+    return {
+        "plan": str(plan.id),
+        "action": plan.action.name,
+        "action_title": plan.action.title,
+        "agent": plan.agent.name,
+        "consequence_class": plan.consequence_class,
+        "target": f"{plan.target.get('connector', '')} {plan.target.get('path', '')}".strip(),
+        "short_code": plan.short_code,
+        "approvals_required": plan.required_approvals,
+        "review_url": plan.review_url,
+        "expires_at": plan.expires_at.isoformat(),
+    }
+
+
+def _mrkdwn(text: str) -> str:
+    """Slack's escaping: the three characters its markup gives meaning to."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def webhook_payload(plan: Plan) -> dict[str, Any]:
+    """Slack-compatible (``text`` + ``blocks``) with the facts under ``countersign``."""
+    facts = _facts(plan)
+    text = _("Plan %(code)s awaits a decision: %(title)s (%(cls)s) by agent %(agent)s") % {
+        "code": facts["short_code"],
+        "title": facts["action_title"],
+        "cls": facts["consequence_class"],
+        "agent": facts["agent"],
+    }
+    details = "\n".join(
+        [
+            f"*{_mrkdwn(facts['action_title'])}* (`{_mrkdwn(facts['action'])}`)",
+            _("Class: %(cls)s · Agent: %(agent)s")
+            % {"cls": _mrkdwn(facts["consequence_class"]), "agent": _mrkdwn(facts["agent"])},
+            _("Target: %(target)s") % {"target": f"`{_mrkdwn(facts['target'])}`"},
+            _("Fingerprint: %(code)s") % {"code": f"`{facts['short_code']}`"},
+        ]
+    )
+    return {
+        "text": f"{text} — {facts['review_url']}",
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": details}},
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": f"<{facts['review_url']}|{_mrkdwn(_('Review the plan'))}>",
+                },
+            },
+        ],
+        "countersign": {"event": "plan.awaiting_approval", **facts},
+    }
+
+
+def email_message(plan: Plan) -> tuple[str, str]:
+    """Subject and plain-text body (no HTML part: nothing in it is rendered)."""
+    facts = _facts(plan)
+    subject = _("[Countersign] %(title)s awaits a decision (%(code)s)") % {
+        "title": facts["action_title"],
+        "code": facts["short_code"],
+    }
+    lines = [
+        _("A plan awaits a decision."),
+        "",
+        _("Action: %(title)s (%(name)s)")
+        % {"title": facts["action_title"], "name": facts["action"]},
+        _("Consequence class: %(cls)s") % {"cls": facts["consequence_class"]},
+        _("Agent: %(agent)s") % {"agent": facts["agent"]},
+        _("Target: %(target)s") % {"target": facts["target"]},
+        _("Fingerprint: %(code)s") % {"code": facts["short_code"]},
+        _("Approvals needed: %(n)s") % {"n": facts["approvals_required"]},
+        _("Expires at: %(when)s") % {"when": facts["expires_at"]},
+        "",
+        _("Review it here: %(url)s") % {"url": facts["review_url"]},
+    ]
+    # Subjects are one line whatever the action's title holds.
+    return " ".join(subject.split()), "\n".join(lines) + "\n"
+
+
+# --- what to send ----------------------------------------------------------------------
+
+
+def _awaiting(plan_id) -> Plan | None:
+    plan = Plan.objects.select_related("action", "agent").filter(id=plan_id).first()
+    if plan is None or plan.status != PlanStatus.AWAITING_APPROVAL:
+        return None  # decided, cancelled or gone meanwhile: nobody needs telling
+    return plan
+
+
+def notifications_plan(plan_id) -> dict[str, Any]:
+    """Send the emails for an awaiting plan and list the webhooks to call.
+
+    Returns ``{"emailed": n, "webhooks": [target ids]}``; the webhooks are delivered by
+    separate tasks so that each one retries on its own.
+    """
+    plan = _awaiting(plan_id)
+    if plan is None:
+        return {"emailed": 0, "webhooks": []}
+    targets = list(NotificationTarget.objects.filter(enabled=True).select_related("group"))
+    group_ids = [t.group_id for t in targets if t.kind == NotificationTarget.Kind.EMAIL]
+    addresses: list[str] = []
+    if group_ids:
+        addresses = sorted(
+            set(
+                get_user_model()
+                .objects.filter(groups__in=group_ids, is_active=True)
+                .exclude(email="")
+                .values_list("email", flat=True)
+            )
+        )
+    emailed = 0
+    if addresses:
+        subject, body = email_message(plan)
+        # One message per person: reviewers do not see each other's addresses.
+        messages = [EmailMessage(subject, body, to=[address]) for address in addresses]
+        try:
+            emailed = mailers.default.send_messages(messages) or 0
+        except Exception:  # noqa: BLE001 - any mail server failure; logged, never raised
+            log.warning("could not send notification email for plan %s", plan.id, exc_info=True)
+    webhooks = [t.id for t in targets if t.kind == NotificationTarget.Kind.WEBHOOK]
+    return {"emailed": emailed, "webhooks": webhooks}
+
+
+@dataclass
+class Delivery:
+    outcome: str  # delivered | skipped | failed
+    permanent: bool = False  # a failure not worth retrying (4xx, bad URL)
+    status: int | None = None
+
+
+def webhook_url_allowed(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def webhook_deliver(*, target_id, plan_id) -> Delivery:
+    """POST the signed payload to one webhook target, once. No redirects are followed
+    (a redirect could take the request somewhere the admin never configured)."""
+    target = NotificationTarget.objects.filter(
+        id=target_id, enabled=True, kind=NotificationTarget.Kind.WEBHOOK
+    ).first()
+    plan = _awaiting(plan_id)
+    if target is None or plan is None:
+        return Delivery("skipped")
+    if not webhook_url_allowed(target.address):
+        log.warning("notification target %s has an unusable URL; not sent", target.id)
+        return Delivery("failed", permanent=True)
+    body = json.dumps(webhook_payload(plan), ensure_ascii=False, separators=(",", ":")).encode()
+    timestamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json; charset=utf-8",
+        "User-Agent": USER_AGENT,
+        TIMESTAMP_HEADER: timestamp,
+        SIGNATURE_HEADER: sign(target.secret, timestamp, body),
+        DELIVERY_HEADER: str(uuid.uuid4()),
+    }
+    timeout = float(settings.COUNTERSIGN_WEBHOOK_TIMEOUT)
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+            response = client.post(target.address, content=body, headers=headers)
+    except httpx.HTTPError as exc:
+        log.warning("webhook %s for plan %s failed: %s", target.id, plan.id, type(exc).__name__)
+        return Delivery("failed")
+    status = response.status_code
+    if 200 <= status < 300:
+        return Delivery("delivered", status=status)
+    # 408 and 429 say "later"; a redirect (not followed) or another 4xx will not change
+    # by retrying: the target's configuration needs a person.
+    permanent = 300 <= status < 500 and status not in (408, 429)
+    log.warning("webhook %s for plan %s answered %s", target.id, plan.id, status)
+    return Delivery("failed", permanent=permanent, status=status)
