@@ -16,6 +16,7 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
 
 def _client_ip(request) -> str:
@@ -31,7 +32,7 @@ def _key(request, username: str) -> str:
 class ThrottledLoginMixin:
     error_messages = {
         **AuthenticationForm.error_messages,
-        "throttled": (
+        "throttled": _(
             "Too many failed sign-in attempts for this account from your address. "
             "Try again in %(minutes)d minutes."
         ),

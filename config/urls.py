@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -19,5 +20,13 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # set_language: the switcher in base.html posts here (a plain form, no JavaScript).
+    path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),
 ]
+
+if settings.COUNTERSIGN_BENCH:
+    # The baseline of `make bench` (bench/run.py); absent unless COUNTERSIGN_BENCH=1.
+    from approvals.bench_api import urlpatterns as bench_urlpatterns
+
+    urlpatterns += bench_urlpatterns

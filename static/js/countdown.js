@@ -1,11 +1,20 @@
 // Expiry countdowns: every element with data-expires-at (ISO 8601) shows the time left,
 // updated each second. The server renders the first value, so this is only a nicety.
+// The words come from <body data-countdown-in / data-countdown-expired>, translated there.
 (function () {
   "use strict";
   var SOON_MS = 10 * 60 * 1000;
 
+  function words() {
+    var body = document.body;
+    return {
+      left: (body && body.getAttribute("data-countdown-in")) || "in {time}",
+      expired: (body && body.getAttribute("data-countdown-expired")) || "expired",
+    };
+  }
+
   function format(ms) {
-    if (ms <= 0) return "expired";
+    if (ms <= 0) return words().expired;
     var s = Math.floor(ms / 1000);
     var h = Math.floor(s / 3600);
     var m = Math.floor((s % 3600) / 60);
@@ -13,7 +22,7 @@
     if (h) parts.push(h + "h");
     if (h || m) parts.push(m + "m");
     parts.push((s % 60) + "s");
-    return "in " + parts.join(" ");
+    return words().left.replace("{time}", parts.join(" "));
   }
 
   function tick() {

@@ -45,3 +45,38 @@ def approve_without_wakeup(monkeypatch, reviewer):
             )
 
     return approve
+
+
+@pytest.fixture
+def chromium(live, reviewer, second_reviewer, agent_api):
+    """Open Chromium pages on demand, each in a context of its own (its own cookies, so
+    its own reviewer; its own locale; JavaScript on or off). Chromium starts with the
+    first page: tests touch the database before that, because Django refuses ORM calls
+    while Playwright's event loop runs in this thread."""
+    import shutil
+
+    from tests.e2e.test_browser import CHROMIUM
+
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Chromium is not installed at /usr/bin/chromium")
+    from playwright.sync_api import sync_playwright
+
+    started: dict = {}
+
+    def new_page(**context_options):
+        if not started:
+            started["playwright"] = sync_playwright().start()
+            started["browser"] = started["playwright"].chromium.launch(
+                executable_path=CHROMIUM,
+                args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
+            )
+        context = started["browser"].new_context(
+            base_url=live["url"], viewport={"width": 1280, "height": 900}, **context_options
+        )
+        context.set_default_timeout(10_000)
+        return context.new_page()
+
+    yield new_page
+    if started:
+        started["browser"].close()  # closes its contexts too
+        started["playwright"].stop()

@@ -17,31 +17,10 @@ SCREENSHOT_COPY = "/tmp/countersign-plan.png"
 
 
 @pytest.fixture
-def page(live, reviewer, agent_api):
-    """A fresh Chromium page. It depends on every fixture that touches the database, so
-    it starts after them and stops before the test database is flushed: while Playwright's
-    event loop runs in this thread, Django refuses ORM calls."""
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Chromium is not installed at /usr/bin/chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        context = browser.new_context(base_url=live["url"], viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(10_000)
-        yield context.new_page()
-        context.close()
-        browser.close()
+def page(chromium):
+    """A fresh Chromium page (tests/e2e/conftest.py ``chromium``), started after every
+    fixture that touches the database and stopped before the test database is flushed."""
+    return chromium()
 
 
 def log_in(page, username: str = "rita", password: str = "pw-rita") -> None:

@@ -5,12 +5,11 @@ revision approved to completion; an edited plan is approved and the agent follow
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 
 from tests.e2e.support import OLD_EMAIL, eventually
-from tests.e2e.test_browser import CHROMIUM, log_in, status_text
+from tests.e2e.test_browser import log_in, status_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -19,31 +18,10 @@ REVISION_SCREENSHOT = "/tmp/countersign-plan-revision.png"
 
 
 @pytest.fixture
-def open_browser(live, reviewer, agent_api, approve_without_wakeup):
-    """Start Chromium on demand: tests touch the database (approve in-process) first,
-    because Django refuses ORM calls while Playwright's event loop runs in this thread."""
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Chromium is not installed at /usr/bin/chromium")
-    from playwright.sync_api import sync_playwright
-
-    started: list = []
-
-    def open_page():
-        playwright = sync_playwright().start()
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
-        )
-        context = browser.new_context(base_url=live["url"], viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(10_000)
-        started.append((playwright, browser, context))
-        return context.new_page()
-
-    yield open_page
-    for playwright, browser, context in started:
-        context.close()
-        browser.close()
-        playwright.stop()
+def open_browser(chromium, approve_without_wakeup):
+    """A page in a fresh context (tests/e2e/conftest.py ``chromium``): Chromium starts on
+    demand, after the test has touched the database (approve in-process)."""
+    return chromium
 
 
 def row_ids(page) -> list[str]:
