@@ -9,12 +9,19 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+# Under ASGI each request runs on a thread of its own that ends with it, so a persistent
+# connection is never reused: it would only linger, open, until garbage collection
+# (dozens at once under load). Close it when the request finishes instead, as Django
+# advises for ASGI; Celery workers keep their persistent connections.
+os.environ.setdefault("COUNTERSIGN_DB_CONN_MAX_AGE", "0")
 
 # The pages need their stylesheet and the vendored htmx (no CDN); uvicorn serves no files
 # itself, so the app does, from the static finders (a front proxy may take /static/ over).
 django_application = ASGIStaticFilesHandler(get_asgi_application())
 
-from approvals.mcp import McpHttpApp  # noqa: E402  (needs the apps loaded above)
+from approvals import wakeups  # noqa: E402  (needs the apps loaded above)
+from approvals.longpoll import LongPollGate  # noqa: E402
+from approvals.mcp import McpHttpApp  # noqa: E402
 
 MCP_PATH = "/mcp"
 
@@ -46,8 +53,10 @@ class Router:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.mcp_app.aclose()
+                await wakeups.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
 
-application = Router(django_application, McpHttpApp())
+# Long-polls wait in front of Django, holding no thread (see approvals.longpoll).
+application = Router(LongPollGate(django_application), McpHttpApp())

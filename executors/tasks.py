@@ -42,6 +42,22 @@ def sweep_task() -> dict:
     return sweep()
 
 
+def queued_messages() -> int | None:
+    """How many messages wait in the broker's queue for a worker, or None if unknown.
+
+    The sweeper uses it to tell a backlog (messages still queued) from lost wake-ups."""
+    from celery import current_app
+
+    queue = current_app.conf.task_default_queue
+    try:
+        with current_app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            _, count, _ = conn.default_channel.queue_declare(queue=queue, passive=True)
+            return int(count)
+    except Exception:  # noqa: BLE001 - no such queue yet, broker down: unknown
+        return None
+
+
 def publish(plan_id: str, countdown: float | None = None) -> None:
     """Send the wake-up. A broker failure is logged, not raised: the row is the truth."""
     try:

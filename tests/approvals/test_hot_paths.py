@@ -1,0 +1,91 @@
+"""Query counts on the hot paths: an agent's token check and submit, its read of a plan,
+a reviewer's decision, the worker's execution (claim, send, finish). Each is a fixed
+number of queries — the same with 5 or 200 plans (with their approvals and audit events)
+already in the database — within a budget."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from actions.models import Agent
+from actions.services import agent_revoke
+from approvals.models import Plan, PlanStatus
+from approvals.services import approval_record
+from bench.seed import seed_plans
+from executors.services import execution_run
+
+# Queries each path may take. Under test every transaction is nested in the test's own,
+# so each atomic block adds a SAVEPOINT and a RELEASE to these counts.
+BUDGET = {"submit": 10, "read": 2, "read_settled": 3, "decide": 17, "execute": 35}
+
+
+def count(fn) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        fn()
+    return len(ctx.captured_queries)
+
+
+def one_round(i: int, client, api_headers, reviewer, capture) -> dict[str, int]:
+    body = {
+        "action": "update_contact_email",
+        "input": {"contact_id": "c-1001", "email": f"ada{i}@new.example"},
+        "reason": "customer asked",
+    }
+    # As in a fresh request: the reviewer's permissions are loaded anew; the token was
+    # used less than a minute ago (its use is recorded at most once a minute).
+    reviewer = type(reviewer).objects.get(pk=reviewer.pk)
+    Agent.objects.update(last_used_at=timezone.now())
+    counts = {}
+    responses = []
+    counts["submit"] = count(
+        lambda: responses.append(
+            client.post("/api/v1/plans", body, content_type="application/json", **api_headers)
+        )
+    )
+    assert responses[-1].status_code == 201, responses[-1].content
+    plan = Plan.objects.get(pk=responses[-1].json()["id"])
+    counts["read"] = count(lambda: client.get(f"/api/v1/plans/{plan.id}", **api_headers))
+    with capture(execute=False):
+        counts["decide"] = count(
+            lambda: approval_record(
+                plan_id=plan.id,
+                reviewer=reviewer,
+                decision="approve",
+                fingerprint_seen=plan.fingerprint,
+            )
+        )
+    with capture(execute=False):
+        counts["execute"] = count(lambda: execution_run(plan_id=plan.id))
+    assert Plan.objects.get(pk=plan.pk).status == PlanStatus.COMPLETED
+    counts["read_settled"] = count(lambda: client.get(f"/api/v1/plans/{plan.id}", **api_headers))
+    return counts
+
+
+def test_hot_paths_take_a_fixed_number_of_queries(
+    client, api_headers, reviewer, executor_key, upstream, settings,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    settings.COUNTERSIGN_RATE_LIMIT = ""
+    seed_plans(5)
+    small = one_round(1, client, api_headers, reviewer, django_capture_on_commit_callbacks)
+    seed_plans(200)
+    large = one_round(2, client, api_headers, reviewer, django_capture_on_commit_callbacks)
+    assert small == large, (small, large)
+    for path, n in small.items():
+        assert n <= BUDGET[path], (path, n, small)
+
+
+def test_a_revoked_agent_is_refused_on_its_very_next_request(client, agent, api_headers):
+    """Nothing about a token's validity is cached between requests."""
+    assert client.get("/api/v1/actions", **api_headers).status_code == 200
+    agent_revoke(name=agent.name)
+    assert client.get("/api/v1/actions", **api_headers).status_code == 401
+
+
+def test_token_use_is_recorded_at_most_once_a_minute(client, agent, api_headers):
+    client.get("/api/v1/actions", **api_headers)
+    with CaptureQueriesContext(connection) as ctx:
+        client.get("/api/v1/actions", **api_headers)
+    assert not [q for q in ctx.captured_queries if q["sql"].startswith("UPDATE")]
