@@ -3,11 +3,15 @@
 #   make run     embedded mode (SQLite + filesystem broker): web, worker, demo upstream
 #   make test    the test suite (needs PostgreSQL and Redis; see .ci/services)
 #   make chaos   the chaos run (needs PostgreSQL); figures to docs/reliability.md
+#   make bench   benchmarks (PostgreSQL + Redis); docs/benchmarks.md and docs/benchmarks/*.png
 #   make lint    ruff check + ruff format --check
 #   make fmt     apply ruff fixes and formatting
 #   make lock    regenerate requirements.lock from pyproject.toml
 #   make venv    create/sync .venv from requirements.lock
 #   make clean   remove var/ and caches (keeps .venv)
+#   make messages     refresh the pt_BR catalog under config/locale/ and compile it (.po and .mo
+#                     are both committed; translate new entries before committing)
+#   make screenshots  the queue and plan page as PNGs in docs/screenshots/ (needs Chromium)
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -31,10 +35,14 @@ REDIS_URL         ?= redis://127.0.0.1:6379/0
 CELERY_BROKER_URL ?= $(REDIS_URL)
 PYTEST_ARGS       ?=
 
+# make bench (e.g. BENCH_ARGS=--quick; BENCH_HISTORY=100000 for a smaller B4 history)
+BENCH_ARGS      ?=
+BENCH_REDIS_URL ?= redis://127.0.0.1:6379/12
+
 # make lock (e.g. LOCK_ARGS=--upgrade, or LOCK_ARGS="--upgrade-package django")
 LOCK_ARGS ?=
 
-.PHONY: help venv run test chaos lint fmt lock clean
+.PHONY: help venv run test chaos bench lint fmt lock clean messages screenshots
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -80,6 +88,29 @@ test: venv
 # database next to DATABASE_URL is created and dropped. See bench/chaos.py.
 chaos: venv
 	DATABASE_URL='$(DATABASE_URL)' COUNTERSIGN_ENV=test $(PY) bench/chaos.py
+
+# --- translations ------------------------------------------------------------------
+# tests/approvals/test_i18n.py runs makemessages with these same arguments.
+MESSAGES_ARGS := -l pt_BR --no-obsolete --ignore='tests/*' --ignore='bench/*' \
+	--ignore='docs/*' --ignore='var/*'
+
+messages: venv
+	$(PY) manage.py makemessages $(MESSAGES_ARGS)
+	$(PY) manage.py compilemessages -l pt_BR --ignore='.venv'
+
+# --- bench ---------------------------------------------------------------------------
+# Web (uvicorn --workers), Celery workers, the demo upstream and a load generator, each a
+# process of its own; a scratch database next to DATABASE_URL is created and dropped.
+# See bench/run.py; the report alone: $(PY) bench/report.py
+bench: venv
+	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(BENCH_REDIS_URL)' PYTHON=$(PY) .ci/check-services
+	DATABASE_URL='$(DATABASE_URL)' BENCH_REDIS_URL='$(BENCH_REDIS_URL)' COUNTERSIGN_ENV=test \
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+# --- screenshots -------------------------------------------------------------------
+# Embedded mode in a scratch directory (no PostgreSQL or Redis needed); see the script.
+screenshots: venv
+	$(PY) bench/screenshots.py --out docs/screenshots
 
 # --- code style --------------------------------------------------------------------
 lint: venv

@@ -6,7 +6,6 @@ with a correlation id; nothing upstream-raw, secret or internal reaches an agent
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from typing import Any
@@ -32,11 +31,11 @@ from .ratelimit import RateLimited, rate_limit_check
 from .schemas import ActionOut, PlanCreate, PlanOut, Problem
 from .selectors import actions_for_agent, plan_for_agent
 from .services import plan_cancel, plan_submit
+from .wakeups import wait_for_change
 
 log = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
-POLL_INTERVAL_SECONDS = 0.2
 
 
 class MalformedBody(CountersignError):
@@ -161,7 +160,22 @@ class AgentBearer(HttpBearer):
         return agent
 
 
-api = NinjaAPI(
+class AgentAPI(NinjaAPI):
+    """The agent API; its OpenAPI document says what it really sends: every error is an
+    ``application/problem+json`` body (ninja would document ``application/json``)."""
+
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for status, answer in (operation.get("responses") or {}).items():
+                    content = answer.get("content") or {}
+                    if str(status)[:1] in "45" and "application/json" in content:
+                        content[PROBLEM_CONTENT_TYPE] = content.pop("application/json")
+        return schema
+
+
+api = AgentAPI(
     title="Countersign agent API",
     version="1",
     description=(
@@ -268,6 +282,8 @@ def action_out(action: Action) -> dict[str, Any]:
             "approvers_required": spec.approval.approvers,
             "approval_ttl_seconds": spec.approval.approval_ttl,
             "plan_ttl_seconds": spec.approval.plan_ttl,
+            # A reviewer's session grant may approve this action's plans (approvals.grants).
+            "session_grant_eligible": spec.approval.session_grant and spec.approval.approvers == 1,
         },
         # Hints describe the upstream effect once a person approves.
         "annotations": {
@@ -281,7 +297,10 @@ def action_out(action: Action) -> dict[str, Any]:
 
 
 @api.get(
-    "/actions", response=list[ActionOut], tags=["actions"], summary="Actions this agent may propose"
+    "/actions",
+    response={200: list[ActionOut], 401: Problem},
+    tags=["actions"],
+    summary="Actions this agent may propose",
 )
 def list_actions(request: HttpRequest):
     agent: Agent = request.auth
@@ -301,6 +320,15 @@ def request_sent(plan: Plan) -> bool | None:
     if state == Attempt.State.ANSWERED:
         return True
     return None
+
+
+def approval_source(plan: Plan) -> dict[str, Any]:
+    """How the plan was approved, from its fingerprinted policy (no query): by a session
+    grant, by reviewers, or not (yet)."""
+    if plan.policy.get("mode") == "session_grant":
+        return {"approved_by": "session_grant", "grant_id": plan.policy.get("grant")}
+    approved = plan.decided_at is not None and plan.status != PlanStatus.DENIED
+    return {"approved_by": "reviewers" if approved else None, "grant_id": None}
 
 
 def plan_out(plan: Plan) -> dict[str, Any]:
@@ -343,6 +371,7 @@ def plan_out(plan: Plan) -> dict[str, Any]:
             "enforced_by": plan.precondition.get("enforced_by", "none"),
         },
         "approvals_required": plan.required_approvals,
+        **approval_source(plan),
         "review_url": plan.review_url,
         # A reviewer previewed this plan again or edited it: follow the newer plan.
         "superseded_by": plan.superseded_by_id,
@@ -421,23 +450,41 @@ class WaitQuery(Schema):
 )
 async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQuery]):
     agent: Agent = request.auth
-    plan = await sync_to_async(plan_for_agent)(agent, plan_id)
-    if query.wait and plan.status not in TERMINAL:
-        seen = plan.status
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + query.wait
-        while loop.time() < deadline:
-            await asyncio.sleep(min(POLL_INTERVAL_SECONDS, max(0.0, deadline - loop.time())))
-            status = await Plan.objects.filter(id=plan.id).values_list("status", flat=True).afirst()
-            if status != seen:
-                plan = await sync_to_async(plan_for_agent)(agent, plan_id)
-                break
+    if not query.wait:
+        plan = await sync_to_async(plan_for_agent)(agent, plan_id)
+        return Status(200, await sync_to_async(plan_out)(plan))
+    # Long-poll: woken by approvals.wakeups (a Redis message, or one batched read per
+    # process), never by reading the database per waiter. The first read happens after
+    # registering, so a change committed in between is not missed; the request's
+    # connection is given back before waiting. (Under uvicorn, approvals.longpoll does
+    # this wait before Django, so no thread is held either; this path serves the rest.)
+    read: dict[str, Plan] = {}
+
+    async def read_status() -> str:
+        read["plan"] = await sync_to_async(_read_releasing)(agent, plan_id)
+        return read["plan"].status
+
+    first = await wait_for_change(plan_id, read=read_status, timeout=query.wait)
+    plan = read["plan"]
+    if first not in TERMINAL:
+        plan = await sync_to_async(plan_for_agent)(agent, plan_id)
     return Status(200, await sync_to_async(plan_out)(plan))
+
+
+def _read_releasing(agent: Agent, plan_id: uuid.UUID) -> Plan:
+    """plan_for_agent, then close this thread's connection (a long wait follows)."""
+    from django.db import connection
+
+    try:
+        return plan_for_agent(agent, plan_id)
+    finally:
+        if not connection.in_atomic_block:  # tests run inside a transaction
+            connection.close()
 
 
 @api.post(
     "/plans/{plan_id}/cancel",
-    response={200: PlanOut, 401: Problem, 404: Problem, 409: Problem},
+    response={200: PlanOut, 401: Problem, 404: Problem, 409: Problem, 422: Problem},
     tags=["plans"],
     summary="Withdraw a plan before the worker sends it (awaiting approval or approved)",
 )

@@ -5,27 +5,30 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 
 from actions.models import Action, Agent, ConsequenceClass
 
 
 class PlanStatus(models.TextChoices):
-    AWAITING_APPROVAL = "awaiting_approval"
-    APPROVED = "approved"
-    EXECUTING = "executing"
-    COMPLETED = "completed"
-    PENDING = "pending"
-    ALREADY_IN_DESIRED_STATE = "already_in_desired_state"
-    REJECTED = "rejected"
-    STALE = "stale"
-    REFUSED = "refused"
-    UNKNOWN = "unknown"
-    DENIED = "denied"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
+    # Labels are for people (translated on the pages); values are what the API speaks.
+    AWAITING_APPROVAL = "awaiting_approval", _("Awaiting Approval")
+    APPROVED = "approved", _("Approved")
+    EXECUTING = "executing", _("Executing")
+    COMPLETED = "completed", _("Completed")
+    PENDING = "pending", _("Pending")
+    ALREADY_IN_DESIRED_STATE = "already_in_desired_state", _("Already In Desired State")
+    REJECTED = "rejected", _("Rejected")
+    STALE = "stale", _("Stale")
+    REFUSED = "refused", _("Refused")
+    UNKNOWN = "unknown", _("Unknown")
+    DENIED = "denied", _("Denied")
+    EXPIRED = "expired", _("Expired")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 # The only legal moves. approvals.services.plan_transition() is the single place that
@@ -137,6 +140,10 @@ class Plan(models.Model):
                 condition=Q(status__in=["approved", "executing"]),
             ),
             models.Index(fields=["agent", "-created_at"], name="plan_agent_created"),
+            # History, newest first, whatever the status ("all" in the queue), and the
+            # dashboard's time window: a range scan instead of reading every plan.
+            models.Index(fields=["-created_at", "-id"], name="plan_created"),
+            models.Index(fields=["expires_at", "id"], name="plan_expires"),
         ]
         permissions = [("review_plan", "Can approve or deny plans")]
 
@@ -169,7 +176,12 @@ class Plan(models.Model):
 
     @property
     def superseded_by_id(self):
-        """The newest revision's id, or None: where the agent should follow."""
+        """The newest revision's id, or None: where the agent should follow.
+
+        Only a stale plan (previewed again) or a cancelled one (replaced by an edit) can
+        have a revision, so any other plan is answered without a query."""
+        if self.status not in (PlanStatus.STALE, PlanStatus.CANCELLED):
+            return None
         return (
             Plan.objects.filter(revision_of_id=self.id)
             .order_by("-created_at", "-id")
@@ -182,8 +194,8 @@ class Approval(models.Model):
     """One reviewer's decision on one fingerprint. Used at most once, by one execution."""
 
     class Decision(models.TextChoices):
-        APPROVE = "approve"
-        DENY = "deny"
+        APPROVE = "approve", _("Approve")
+        DENY = "deny", _("Deny")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="approvals")
@@ -194,6 +206,11 @@ class Approval(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
+    # Set when a session grant approved the plan (its policy names the same grant, and
+    # the reviewer is the person who made the grant); None for a person's own decision.
+    grant = models.ForeignKey(
+        "SessionGrant", null=True, blank=True, on_delete=models.PROTECT, related_name="approvals"
+    )
 
     class Meta:
         ordering = ["created_at"]
@@ -253,7 +270,110 @@ class AuditEvent(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["plan", "id"], name="audit_plan")]
+        indexes = [
+            models.Index(fields=["plan", "id"], name="audit_plan"),
+            # The audit log's filters, each newest first (keyset on id), and its list of
+            # kinds (read as a skip scan, see approvals.audit.audit_kinds).
+            models.Index(fields=["actor", "id"], name="audit_actor"),
+            models.Index(fields=["kind", "id"], name="audit_kind"),
+            models.Index(fields=["at"], name="audit_at"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} by {self.actor}"
+
+
+class SessionGrant(models.Model):
+    """A reviewer's standing consent: one agent may run these low-consequence actions,
+    within these fixed input values, until ``expires_at`` (and at most ``max_executions``
+    times), without asking a person for each plan.
+
+    A plan it covers is approved at submission by an Approval that points here, and its
+    fingerprinted policy names this grant; the worker checks again, right before
+    sending, that the grant is neither revoked nor expired. Never for external or
+    irreversible actions, nor for plans needing more than one approver
+    (approvals.grants checks both when the grant is made and when it is used).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="session_grants")
+    actions = models.ManyToManyField(Action, related_name="session_grants")
+    # {input field: value}: a plan whose input differs on any of these is not covered.
+    fixed_values = models.JSONField(default=dict, blank=True)
+    # Plans approved under the grant, at most; None = no cap (the expiry still bounds it).
+    max_executions = models.PositiveIntegerField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_executions__isnull=True) | Q(max_executions__gte=1),
+                name="grant_cap_positive",
+            ),
+        ]
+        indexes = [
+            # grant_match at every submission: an agent's unrevoked grants by expiry.
+            models.Index(
+                fields=["agent", "expires_at"],
+                name="grant_active",
+                condition=Q(revoked_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"grant {self.id} for {self.agent_id}"
+
+    def is_active(self, now) -> bool:
+        return self.revoked_at is None and self.expires_at > now
+
+
+class NotificationTarget(models.Model):
+    """Where to tell a reviewer group that a plan awaits a decision.
+
+    ``email`` goes to the group's active users who have an address; ``webhook`` posts
+    Slack-compatible JSON to ``address``, signed with HMAC-SHA256 under ``secret``
+    (approvals.notifications).
+    """
+
+    class Kind(models.TextChoices):
+        EMAIL = "email", "Email to the group's members"
+        WEBHOOK = "webhook", "Webhook (Slack-compatible JSON, signed)"
+
+    group = models.ForeignKey(
+        "auth.Group", on_delete=models.CASCADE, related_name="notification_targets"
+    )
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    # The webhook's URL (http or https); unused for email.
+    address = models.URLField(
+        max_length=500, blank=True, validators=[URLValidator(schemes=["http", "https"])]
+    )
+    # The webhook's signing key. Kept as entered: it authenticates us to the receiver,
+    # it opens nothing, and the worker needs it in clear to sign.
+    secret = models.CharField(max_length=200, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group__name", "kind", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["email", "webhook"]), name="notification_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind="email") | ~Q(address=""),
+                name="notification_webhook_has_url",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} for {self.group}"

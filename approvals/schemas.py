@@ -44,6 +44,11 @@ class ApprovalPolicyOut(Schema):
     approvers_required: int
     approval_ttl_seconds: int
     plan_ttl_seconds: int
+    session_grant_eligible: bool = Field(
+        default=False,
+        description="Whether a reviewer's session grant may approve this action's plans "
+        "without a per-call decision (observation and reversible actions only).",
+    )
 
 
 class ActionOut(Schema):
@@ -109,6 +114,14 @@ class PlanOut(Schema):
     preview: PreviewOut
     precondition: PreconditionOut
     approvals_required: int
+    approved_by: Literal["reviewers", "session_grant"] | None = Field(
+        default=None,
+        description="How the plan was approved: by reviewers' decisions, by a session "
+        "grant a reviewer made, or null while not approved (or never approved).",
+    )
+    grant_id: UUID | None = Field(
+        default=None, description="The session grant that approved the plan, if one did."
+    )
     review_url: str
     created_at: datetime
     expires_at: datetime

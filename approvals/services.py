@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 
@@ -34,7 +35,9 @@ from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
 from .audit import audit_record
+from .grants import grant_approve, grant_match
 from .models import TRANSITIONS, Approval, IdempotencyRecord, Plan, PlanStatus
+from .wakeups import plan_changed
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,8 @@ def plan_transition(
             plan=plan,
             data={"from": source, "to": to, **(data or {})},
         )
+        # Wake the plan's long-polls, wherever they wait, once this commits.
+        plan_changed(plan.id, to)
     return plan
 
 
@@ -119,15 +124,23 @@ def _error_entries(error: SchemaValidationError) -> list[dict[str, str]]:
 
 
 def _resolve_action(agent: Agent, action_name: str) -> Action:
+    # One query: the action, its connector, and whether this agent may propose it.
     action = (
-        Action.objects.select_related("connector").filter(name=action_name, enabled=True).first()
+        Action.objects.select_related("connector")
+        .filter(name=action_name, enabled=True)
+        .annotate(
+            allowed=Exists(
+                Agent.actions.through.objects.filter(agent_id=agent.pk, action_id=OuterRef("pk"))
+            )
+        )
+        .first()
     )
     if action is None:
         raise UnknownAction(
             f"no enabled action named {action_name!r}",
             errors=[{"pointer": "/action", "message": "unknown action"}],
         )
-    if not agent.actions.filter(pk=action.pk).exists():
+    if not action.allowed:
         raise NotAllowed(f"this agent may not propose {action_name!r}")
     return action
 
@@ -226,10 +239,14 @@ def plan_submit(
     input: Any,
     reason: str = "",
     idempotency_key: str | None = None,
+    use_grants: bool = True,
 ) -> tuple[Plan, bool]:
     """Validate, preview (read-only) and store a plan. Returns (plan, replayed).
 
-    Nothing reviewable is stored unless the preview succeeded.
+    Nothing reviewable is stored unless the preview succeeded. If an active session
+    grant covers the plan (approvals.grants), the fingerprinted policy names the grant
+    and the plan is approved by it in the same transaction; otherwise it awaits a
+    person, and the reviewer groups are notified once it is committed.
     """
     from executors.http import read_client
 
@@ -263,28 +280,38 @@ def plan_submit(
             "session_grant_eligible": spec.approval.session_grant,
             "mode": "per_call",
         }
-        document = fingerprint_document(
-            action_name=action.name,
-            action_version=action.version,
-            action_digest=action.digest,
-            agent_id=str(agent.id),
-            target=preview.target,
-            input=values,
-            after=preview.after,
-            precondition=preview.precondition,
-            policy=policy,
-            write_request=preview.write_request,
-        )
-        try:
-            canonical_text, hexdigest = fingerprint(document)
-        except CanonicalJSONError as exc:
-            from actions.preview import PreviewError
-
-            raise PreviewError(
-                f"the upstream's representation cannot be fingerprinted: {exc.message}"
-            ) from None
         now = timezone.now()
         with transaction.atomic():
+            # Under a lock on the grant until commit: the cap is counted exactly.
+            grant = (
+                grant_match(agent=agent, action=action, values=values, now=now)
+                if use_grants
+                else None
+            )
+            if grant is not None:
+                # In the fingerprinted document: an approval by this grant can never be
+                # spent on a plan that was not proposed under it.
+                policy = {**policy, "mode": "session_grant", "grant": str(grant.id)}
+            document = fingerprint_document(
+                action_name=action.name,
+                action_version=action.version,
+                action_digest=action.digest,
+                agent_id=str(agent.id),
+                target=preview.target,
+                input=values,
+                after=preview.after,
+                precondition=preview.precondition,
+                policy=policy,
+                write_request=preview.write_request,
+            )
+            try:
+                canonical_text, hexdigest = fingerprint(document)
+            except CanonicalJSONError as exc:
+                from actions.preview import PreviewError
+
+                raise PreviewError(
+                    f"the upstream's representation cannot be fingerprinted: {exc.message}"
+                ) from None
             plan = Plan.objects.create(
                 action=action,
                 action_version=action.version,
@@ -320,6 +347,12 @@ def plan_submit(
             )
             if reservation is not None:
                 IdempotencyRecord.objects.filter(pk=reservation.pk).update(plan=plan)
+            if grant is not None:
+                grant_approve(plan=plan, grant=grant, now=now)
+            else:
+                from .tasks import notify_awaiting
+
+                notify_awaiting(plan.id)
     except BaseException:
         if reservation is not None:
             # Nothing was stored: free the key so the agent can retry with it.
@@ -397,7 +430,7 @@ def approval_record(
     now = timezone.now()
     with transaction.atomic():
         plan = (
-            Plan.objects.select_for_update()
+            Plan.objects.select_for_update(of=("self",))
             .select_related("action", "agent")
             .filter(id=plan_id)
             .first()
@@ -564,6 +597,8 @@ def _plan_revise(*, original: Plan, reviewer, input: dict[str, Any], why: str) -
         action_name=original.action.name,
         input=input,
         reason=original.reason,
+        # A reviewer is looking at this plan: it goes to a person, not to a grant.
+        use_grants=False,
     )
     with transaction.atomic():
         Plan.objects.filter(id=plan.id).update(revision_of=original)

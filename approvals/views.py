@@ -14,10 +14,18 @@ import nh3
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
+from django.utils import formats, timezone
+from django.utils.translation import (
+    get_language,
+    gettext,
+    gettext_lazy,
+    gettext_noop,
+    pgettext_lazy,
+)
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -26,8 +34,9 @@ from actions.models import Action, Agent, ConsequenceClass
 from actions.preview import diff
 from executors.models import Attempt
 
+from .audit import audit_kinds
 from .diffs import is_long_text, only_version_moved, word_diff
-from .models import TERMINAL, AuditEvent, Plan, PlanStatus
+from .models import TERMINAL, Approval, AuditEvent, Plan, PlanStatus
 from .services import (
     approval_record,
     approval_revoke,
@@ -55,6 +64,49 @@ RENDERED_TAGS = {
 def _require_reviewer(request: HttpRequest) -> None:
     if not can_review(request.user):
         raise PermissionDenied("reviewers only")
+
+
+# Domain errors are worded in English for agents (the API is machine-facing and stays
+# English). Pages show a reviewer the same error in their language: the messages below
+# are in the catalog; anything else falls back to its type's title, with the English
+# detail kept alongside (it may name a field or quote an upstream).
+PAGE_ERROR_MESSAGES = [
+    gettext_noop("no such plan"),
+    gettext_noop("you are not a reviewer"),
+    gettext_noop("you have already decided on this plan"),
+    gettext_noop("this plan expired before a decision"),
+    gettext_noop("the fingerprint you saw does not match this plan; reload and review again"),
+    gettext_noop("the action changed since this preview; the agent must propose again"),
+    gettext_noop("you registered this agent: another reviewer must approve its irreversible plans"),
+    gettext_noop("this plan was already previewed again"),
+    gettext_noop("nothing was changed"),
+    gettext_noop("approve or deny"),
+]
+PAGE_ERROR_TITLES = {
+    "bad-request": gettext_lazy("The request cannot be processed"),
+    "invalid-input": gettext_lazy("The input does not match the action's schema"),
+    "unknown-action": gettext_lazy("No such action is available to this agent"),
+    "not-allowed": gettext_lazy("This is not allowed"),
+    "out-of-scope": gettext_lazy("This is outside the agent's scope"),
+    "not-found": gettext_lazy("Not found"),
+    "invalid-state": gettext_lazy("The plan is not in a state that allows this"),
+    "fingerprint-mismatch": gettext_lazy("The plan you saw is not the plan on record"),
+    "already-decided": gettext_lazy("You have already decided on this plan"),
+    "action-changed": gettext_lazy("The action's definition changed since this preview"),
+}
+
+
+def page_error(exc: CountersignError, text: str | None = None) -> str:
+    """A domain error (or one of its messages, ``text``) as a reviewer should read it."""
+    if text is None:
+        text = exc.errors[0]["message"] if exc.errors else exc.detail
+    if not text:
+        return gettext("The request cannot be processed")
+    translated = gettext(text)
+    if translated != text or (get_language() or "en").startswith("en"):
+        return translated
+    title = PAGE_ERROR_TITLES.get(exc.type, PAGE_ERROR_TITLES["bad-request"])
+    return f"{title} ({text})"
 
 
 def render_markdown(text: str) -> str:
@@ -96,8 +148,17 @@ def _cursor_decode(raw: str) -> tuple[datetime, str] | None:
 def _queue_page(filters: dict[str, str], after: str, size: int) -> tuple[list[Plan], str]:
     """One page of the queue, keyset-paginated on (sort column, id): stable while plans
     arrive or leave, unlike OFFSET. Returns the plans and the cursor of the next page."""
+    # A correlated count, not a JOIN + GROUP BY: it runs for the page's rows only, so the
+    # "all" view of a long history reads one index range instead of every plan.
+    given = (
+        Approval.objects.filter(plan=OuterRef("pk"), decision=Approval.Decision.APPROVE)
+        .order_by()
+        .values("plan")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
     plans = Plan.objects.select_related("action", "agent").annotate(
-        approvals_given=Count("approvals", filter=Q(approvals__decision="approve"))
+        approvals_given=Coalesce(Subquery(given), 0)
     )
     if filters["status"] != "any":
         plans = plans.filter(status=filters["status"])
@@ -216,6 +277,26 @@ def _revision_context(plan: Plan) -> dict[str, Any]:
     }
 
 
+# Outcome details are recorded in English (the agent reads them too); the fixed ones are
+# in the catalog so the page can show them in the reviewer's language.
+OUTCOME_DETAILS = [
+    gettext_noop("no decision before the plan expired"),
+    gettext_noop("denied by a reviewer"),
+    gettext_noop("superseded by a reviewer's edit"),
+    gettext_noop("the original plan was decided before the edit was saved"),
+    gettext_noop("the target changed after the preview; nothing was written; propose again"),
+    gettext_noop("refused before sending: the write credential cannot be opened"),
+]
+
+# What a reconciliation read found (executors.services), as a reviewer reads it.
+CHECK_VERDICTS = {
+    "applied": gettext_lazy("applied"),
+    "not applied": gettext_lazy("not applied"),
+    "changed by someone else": gettext_lazy("changed by someone else"),
+    "the target is gone": gettext_lazy("the target is gone"),
+}
+
+
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
@@ -228,6 +309,8 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
     awaiting = plan.status == PlanStatus.AWAITING_APPROVAL
     # The sweeper moves it to expired within a period; until then it only looks awaiting.
     expired = awaiting and plan.expires_at <= timezone.now()
+    attempt = Attempt.objects.filter(plan=plan).first()
+    verdict = (attempt.reconciliation or {}).get("verdict", "") if attempt else ""
     context = {
         "plan": plan,
         "card": plan.action.spec.card,
@@ -245,7 +328,9 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "can_preview_again": plan.status == PlanStatus.STALE and superseded_by is None,
         # Unknown waits for a person (who may be typing a resolution): no auto-refresh.
         "live": plan.status not in TERMINAL and plan.status != PlanStatus.UNKNOWN,
-        "attempt": Attempt.objects.filter(plan=plan).first(),
+        "attempt": attempt,
+        "last_check": CHECK_VERDICTS.get(verdict, verdict),
+        "outcome_detail": gettext(plan.outcome_detail) if plan.outcome_detail else "",
         **_revision_context(plan),
     }
     template = "approvals/plan_detail.html"
@@ -264,9 +349,9 @@ def plan_preview_again_view(request: HttpRequest, plan_id) -> HttpResponse:
     except CountersignError as exc:
         if exc.status == 404 and not exc.errors:
             raise Http404(exc.detail) from None
-        messages.error(request, exc.errors[0]["message"] if exc.errors else exc.detail)
+        messages.error(request, page_error(exc))
         return redirect("approvals:plan-detail", plan_id=plan_id)
-    messages.success(request, "Previewed again: review the new plan.")
+    messages.success(request, gettext("Previewed again: review the new plan."))
     return redirect(revision)
 
 
@@ -316,7 +401,7 @@ def _parse_edit(plan: Plan, post) -> tuple[dict[str, Any], dict[str, str]]:
         try:
             values[name] = json.loads(raw)
         except ValueError:
-            errors[name] = "not a valid JSON value"
+            errors[name] = gettext("not a valid JSON value")
     return values, errors
 
 
@@ -343,13 +428,15 @@ def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
                 for error in exc.errors:
                     name = error["pointer"].removeprefix("/input/").split("/")[0]
                     if error["pointer"].startswith("/input/") and name in posted:
-                        errors.setdefault(name, error["message"])
+                        errors.setdefault(name, page_error(exc, error["message"]))
                     else:
-                        problems.append(error["message"])
+                        problems.append(page_error(exc, error["message"]))
                 if not exc.errors:
-                    problems.append(exc.detail)
+                    problems.append(page_error(exc))
             else:
-                messages.success(request, "Edited: review the new plan before approving it.")
+                messages.success(
+                    request, gettext("Edited: review the new plan before approving it.")
+                )
                 return redirect(revision)
         status = 422
     context = {
@@ -375,12 +462,13 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
             comment=request.POST.get("comment", ""),
         )
     except CountersignError as exc:
-        messages.error(request, exc.detail)
-        status = exc.status
-        if status == 404:
+        if exc.status == 404:
             raise Http404(exc.detail) from None
+        messages.error(request, page_error(exc))
     else:
-        messages.success(request, "Denied." if decision == "deny" else "Approval recorded.")
+        messages.success(
+            request, gettext("Denied.") if decision == "deny" else gettext("Approval recorded.")
+        )
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 
@@ -394,9 +482,9 @@ def plan_revoke(request: HttpRequest, plan_id) -> HttpResponse:
     except CountersignError as exc:
         if exc.status == 404:
             raise Http404(exc.detail) from None
-        messages.error(request, exc.detail)
+        messages.error(request, page_error(exc))
     else:
-        messages.success(request, "Approval revoked; nothing was sent.")
+        messages.success(request, gettext("Approval revoked; nothing was sent."))
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 
@@ -409,17 +497,23 @@ def plan_check(request: HttpRequest, plan_id) -> HttpResponse:
     _require_reviewer(request)
     plan = _plan_or_404(plan_id)
     if plan.status not in (PlanStatus.UNKNOWN, PlanStatus.PENDING):
-        messages.error(request, "Only an unknown or pending outcome can be checked.")
+        messages.error(request, gettext("Only an unknown or pending outcome can be checked."))
     else:
         result = reconcile(plan_id=plan.id, actor=f"user:{request.user.get_username()}")
         if result == "queued":
             messages.info(
-                request, "A worker is checking; this page shows the outcome when it is done."
+                request,
+                gettext("A worker is checking; this page shows the outcome when it is done."),
             )
         elif result in ("unknown", "following", "still-pending"):
-            messages.info(request, "Checked: still not settled. See what was found below.")
+            messages.info(request, gettext("Checked: still not settled. See what was found below."))
         else:
-            messages.success(request, f"Checked: {result.replace('_', ' ')}.")
+            label = (
+                PlanStatus(result).label.lower()
+                if result in PlanStatus.values
+                else result.replace("_", " ")
+            )
+            messages.success(request, gettext("Checked: %(result)s.") % {"result": label})
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 
@@ -438,9 +532,9 @@ def plan_resolve_view(request: HttpRequest, plan_id) -> HttpResponse:
             note=request.POST.get("note", ""),
         )
     except CountersignError as exc:
-        messages.error(request, exc.detail if not exc.errors else exc.errors[0]["message"])
+        messages.error(request, page_error(exc))
     else:
-        messages.success(request, "Resolution recorded.")
+        messages.success(request, gettext("Resolution recorded."))
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 
@@ -514,7 +608,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "first_url": "?" + query,
         "next_url": next_url,
         "query": query,
-        "kinds": AuditEvent.objects.order_by("kind").values_list("kind", flat=True).distinct(),
+        "kinds": audit_kinds(),
         "agents": Agent.objects.order_by("name").values_list("name", flat=True),
     }
     return render(request, "approvals/audit.html", context)
@@ -587,11 +681,14 @@ def audit_export(request: HttpRequest, fmt: str) -> HttpResponse:
 
 DASHBOARD_DAYS = 14
 OUTCOME_GROUPS = {
-    "completed": ("Completed", {"completed", "already_in_desired_state"}),
-    "failed": ("Failed", {"rejected", "stale", "refused", "unknown"}),
-    "denied": ("Denied", {"denied"}),
-    "lapsed": ("Expired or cancelled", {"expired", "cancelled"}),
-    "open": ("Open", {"awaiting_approval", "approved", "executing", "pending"}),
+    "completed": (pgettext_lazy("outcome", "Completed"), {"completed", "already_in_desired_state"}),
+    "failed": (pgettext_lazy("outcome", "Failed"), {"rejected", "stale", "refused", "unknown"}),
+    "denied": (pgettext_lazy("outcome", "Denied"), {"denied"}),
+    "lapsed": (pgettext_lazy("outcome", "Expired or cancelled"), {"expired", "cancelled"}),
+    "open": (
+        pgettext_lazy("outcome", "Open"),
+        {"awaiting_approval", "approved", "executing", "pending"},
+    ),
 }
 BAR_WIDTH = 600  # the SVG's drawing width for the longest bar, in user units
 
@@ -605,14 +702,15 @@ def _percentile(sorted_values: list[float], fraction: float) -> float | None:
 
 
 def _duration(seconds: float | None) -> str:
+    """Seconds as the reviewer reads them: "90 s", "12 min", "2.5 h" ("2,5 h" in pt-BR)."""
     if seconds is None:
         return "—"
     seconds = int(round(seconds))
     if seconds < 120:
-        return f"{seconds} s"
+        return gettext("%(n)s s") % {"n": seconds}
     if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds / 3600:.1f} h"
+        return gettext("%(n)s min") % {"n": seconds // 60}
+    return gettext("%(n)s h") % {"n": formats.number_format(seconds / 3600, 1)}
 
 
 def _bars(counts: list[tuple[str, int]]) -> list[dict[str, Any]]:
@@ -662,7 +760,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         )
     waits = sorted(
         (p.decided_at - p.created_at).total_seconds()
-        for p in recent.filter(decided_at__isnull=False).only("created_at", "decided_at")
+        for p in recent.filter(decided_at__isnull=False)
+        # A session grant's approval is no person's decision: it would pull the times to 0.
+        .exclude(policy__mode="session_grant")
+        .only("created_at", "decided_at")
     )
     top_agents = list(
         recent.values_list("agent__name").annotate(n=Count("id")).order_by("-n", "agent__name")[:5]

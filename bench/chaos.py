@@ -76,7 +76,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.processes import Process, free_port, start_worker, wait_ready  # noqa: E402
+from bench.procs import (  # noqa: E402
+    Process,
+    drop_database,
+    free_port,
+    scratch_database,
+    start_worker,
+    wait_ready,
+)
 
 log = logging.getLogger("chaos")
 
@@ -808,32 +815,6 @@ with the plan's unique message).
 # --- standalone -------------------------------------------------------------------------
 
 
-def _scratch_database(url: str) -> tuple[str, str]:
-    """Create a scratch database next to the one in ``url``; returns (its URL, its name)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    import psycopg
-
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgres", "postgresql"):
-        raise SystemExit("make chaos needs DATABASE_URL=postgres://…")
-    name = f"{parts.path.lstrip('/') or 'countersign'}_chaos_{os.getpid()}"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunsplit(parts._replace(path=f"/{name}")), name
-
-
-def _drop_database(url: str, name: str) -> None:
-    from urllib.parse import urlsplit, urlunsplit
-
-    import psycopg
-
-    admin = urlunsplit(urlsplit(url)._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plans", type=int, default=300)
@@ -843,7 +824,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
 
     base_url = os.environ.get("DATABASE_URL", "")
-    scratch_url, scratch_name = _scratch_database(base_url)
+    if not base_url.startswith(("postgres://", "postgresql://")):
+        raise SystemExit("make chaos needs DATABASE_URL=postgres://…")
+    scratch_url, scratch_name = scratch_database(base_url, "chaos")
     os.environ["DATABASE_URL"] = scratch_url
     os.environ["COUNTERSIGN_ENV"] = "test"
     os.environ["COUNTERSIGN_DB_CONN_MAX_AGE"] = "0"
@@ -932,7 +915,7 @@ def main(argv: list[str] | None = None) -> int:
             from django.db import connections
 
             connections.close_all()
-        _drop_database(base_url, scratch_name)
+        drop_database(base_url, scratch_name)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # After sessions (it reads the language a reviewer chose), before common (which may
+    # redirect, and should do so in that language).
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -229,7 +232,11 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "approvals:queue"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = env_str("COUNTERSIGN_LANGUAGE", "en-us")
+# Reviewer pages speak the reviewer's language (Accept-Language, or the switcher's
+# cookie); the agent API and audit event kinds stay English: machines read them.
+LANGUAGE_CODE = env_str("COUNTERSIGN_LANGUAGE", "en")
+LANGUAGES = [("en", "English"), ("pt-br", "Português (Brasil)")]
+LOCALE_PATHS = [BASE_DIR / "config" / "locale"]
 TIME_ZONE = env_str("COUNTERSIGN_TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
@@ -291,6 +298,14 @@ COUNTERSIGN_WORKER_KEY_FILE = env_str("COUNTERSIGN_WORKER_KEY_FILE")
 COUNTERSIGN_PLAN_TTL_SECONDS = env_int("COUNTERSIGN_PLAN_TTL_SECONDS", 3600)
 COUNTERSIGN_APPROVAL_TTL_SECONDS = env_int("COUNTERSIGN_APPROVAL_TTL_SECONDS", 900)
 COUNTERSIGN_MAX_WAIT_SECONDS = 30
+# Long-polls are woken by a message on this Redis pub/sub channel (approvals.wakeups).
+# Without Redis (embedded mode), or while it is unreachable, each process reads the
+# statuses of all plans being waited on in one query this often.
+COUNTERSIGN_NOTIFY_CHANNEL = env_str("COUNTERSIGN_NOTIFY_CHANNEL", "countersign:plans")
+COUNTERSIGN_WAIT_POLL_SECONDS = env_float("COUNTERSIGN_WAIT_POLL_SECONDS", 0.5)
+# Woken long-polls answered at once per web process (each answer is a Django request
+# with a thread and a database connection; the others queue as coroutines).
+COUNTERSIGN_LONGPOLL_CONCURRENCY = env_int("COUNTERSIGN_LONGPOLL_CONCURRENCY", 16)
 # Defaults per consequence class; an action's `approval` block may tighten or loosen
 # them, except that session grants never cover external or irreversible actions.
 COUNTERSIGN_APPROVAL_POLICY = {
@@ -330,12 +345,51 @@ COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS = env_int("COUNTERSIGN_IDEMPOTENCY_TTL_SECON
 COUNTERSIGN_HTTP_CONNECT_TIMEOUT = env_float("COUNTERSIGN_HTTP_CONNECT_TIMEOUT", 3.0)
 COUNTERSIGN_HTTP_READ_TIMEOUT = env_float("COUNTERSIGN_HTTP_READ_TIMEOUT", 10.0)
 COUNTERSIGN_HTTP_MAX_RESPONSE_BYTES = env_int("COUNTERSIGN_HTTP_MAX_RESPONSE_BYTES", 1024 * 1024)
+# OAuth2 client-credentials credentials send their client secret to a token URL. It must be
+# on the connector's own origin unless that URL's origin (scheme://host[:port]) is listed
+# here, e.g. "https://login.example.com": a secret never goes to a host nobody named.
+COUNTERSIGN_OAUTH_TOKEN_ORIGINS = env_list("COUNTERSIGN_OAUTH_TOKEN_ORIGINS")
 # The sweeper re-enqueues approved work whose broker message was lost after this long.
 COUNTERSIGN_SWEEP_SECONDS = env_float("COUNTERSIGN_SWEEP_SECONDS", 15.0)
 COUNTERSIGN_REQUEUE_AFTER_SECONDS = env_float("COUNTERSIGN_REQUEUE_AFTER_SECONDS", 30.0)
+# At most this many approved plans are published again per sweep, and never more than
+# the broker queue can be missing (a backlog is not a lost message; executors/services).
+COUNTERSIGN_REQUEUE_BATCH = env_int("COUNTERSIGN_REQUEUE_BATCH", 200)
 # An execution that has not finished this long after it was claimed is settled by the
 # sweeper (its worker is presumed dead).
 COUNTERSIGN_EXECUTION_LEASE_SECONDS = env_float("COUNTERSIGN_EXECUTION_LEASE_SECONDS", 120.0)
+# The longest a session grant may last (seconds); a longer one is refused when made.
+COUNTERSIGN_GRANT_MAX_SECONDS = env_int("COUNTERSIGN_GRANT_MAX_SECONDS", 8 * 3600)
+
+# --- Notifications (plans awaiting a decision; see approvals.notifications) -------------
+# Django's mailers: SMTP when COUNTERSIGN_EMAIL_HOST is set or in production (a local
+# relay on localhost:25 by default); elsewhere the console (printed).
+_email_host = env_str("COUNTERSIGN_EMAIL_HOST") or ("localhost" if PRODUCTION else "")
+MAILERS = {
+    "default": (
+        {
+            "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "OPTIONS": {
+                "host": _email_host,
+                "port": env_int("COUNTERSIGN_EMAIL_PORT", 25),
+                "username": env_str("COUNTERSIGN_EMAIL_HOST_USER"),
+                "password": env_str("COUNTERSIGN_EMAIL_HOST_PASSWORD"),
+                "use_tls": env_bool("COUNTERSIGN_EMAIL_USE_TLS", False),
+                "timeout": env_int("COUNTERSIGN_EMAIL_TIMEOUT", 10),
+            },
+        }
+        if _email_host
+        else {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
+    )
+}
+DEFAULT_FROM_EMAIL = env_str("COUNTERSIGN_FROM_EMAIL", "countersign@localhost")
+COUNTERSIGN_WEBHOOK_TIMEOUT = env_float("COUNTERSIGN_WEBHOOK_TIMEOUT", 5.0)
+# Deliveries a failing webhook gets (the first plus retries, with growing delays).
+COUNTERSIGN_WEBHOOK_MAX_TRIES = env_int("COUNTERSIGN_WEBHOOK_MAX_TRIES", 4)
+
+# `make bench` only: mounts the baseline endpoint of approvals/bench_api.py. Never in
+# production, whatever the environment says.
+COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False) and not PRODUCTION
 
 # --- Celery ---------------------------------------------------------------------------
 # The database is the source of truth; a broker message is only a wake-up.

@@ -31,13 +31,14 @@ from actions.exceptions import InvalidTransition
 from actions.fingerprint import plan_fingerprint_matches
 from actions.models import Credential, VaultState
 from actions.preview import PreviewError, read_target, resolve_pointer
-from actions.vault import VaultError, auth_headers, secret_values
+from actions.vault import VaultError
 from approvals.audit import audit_record
 from approvals.models import Approval, Plan, PlanStatus
 from approvals.services import plan_transition, plans_expire
 
-from .http import UpstreamError, WriteClient, read_client
+from .http import UpstreamError, WriteClient, credential_auth, read_client
 from .models import Attempt
+from .oauth import TokenError
 from .redaction import filter_text, redact_headers
 from .vault import open_write_secret
 
@@ -91,6 +92,13 @@ def _refusal_reason(plan: Plan, now) -> str | None:
     ).count()
     if valid < plan.required_approvals:
         return "no valid approval: missing, expired or already used"
+    if plan.policy.get("mode") == "session_grant":
+        # Revoking or outliving the grant stops every plan not claimed yet.
+        from approvals.grants import grant_refusal_reason
+
+        grant_reason = grant_refusal_reason(plan, now)
+        if grant_reason is not None:
+            return grant_reason
     if action.connector.credential(Credential.Role.WRITE) is None:
         return "no usable write credential (missing, revoked or expired)"
     return None
@@ -100,7 +108,7 @@ def _claim(plan_id) -> Claim | None:
     now = timezone.now()
     with transaction.atomic():
         plan = (
-            Plan.objects.select_for_update()
+            Plan.objects.select_for_update(of=("self",))
             .select_related("action", "action__connector", "agent")
             .filter(id=plan_id)
             .first()
@@ -323,6 +331,23 @@ def execution_run(*, plan_id) -> str:
         )
         return PlanStatus.REFUSED
 
+    auth = credential_auth(claim.credential, secret)
+    try:
+        # An OAuth2 credential gets its access token now (or reuses the cached one), so a
+        # token endpoint that refuses the client refuses the plan before anything is sent.
+        auth.headers()
+    except TokenError as exc:
+        if not exc.permanent:
+            return _release_unsent(claim, str(exc))
+        _finish(
+            claim,
+            to=PlanStatus.REFUSED,
+            detail=f"refused before sending: no access token for the write credential: {exc}",
+            attempt_state=Attempt.State.NOT_SENT,
+            error=str(exc),
+        )
+        return PlanStatus.REFUSED
+
     try:
         unchanged, found = _revalidate(claim)
     except PreviewError as exc:
@@ -343,12 +368,13 @@ def execution_run(*, plan_id) -> str:
     headers = dict(request.get("headers") or {})
     if spec.write.idempotency_header:
         headers[spec.write.idempotency_header] = attempt.idempotency_key
-    credential_headers = auth_headers(claim.credential, secret)
-    secrets = secret_values(secret)
+    # The credential's own headers are recorded by name only, never by value.
     recorded = {
         "method": request["method"],
         "url": plan.action.connector.base_url + request["path"],
-        "headers": redact_headers({**headers, **credential_headers}, set(credential_headers)),
+        "headers": redact_headers(
+            {**headers, **dict.fromkeys(auth.header_names, "")}, set(auth.header_names)
+        ),
         "body": request.get("body"),
     }
     # The vault may have been locked since the claim: look once more, as late as possible.
@@ -387,7 +413,7 @@ def execution_run(*, plan_id) -> str:
     retries_left = spec.write.max_retries
     sends = 0
     notes: list[str] = []
-    with WriteClient(plan.action.connector, credential_headers) as client:
+    with WriteClient(plan.action.connector, auth) as client:
         while True:
             sends += 1
             # Fenced like the "sending" commit: if the sweeper settled this attempt
@@ -444,6 +470,8 @@ def execution_run(*, plan_id) -> str:
                 _sleep(min(2.0**sends * 0.25, 5.0))
                 continue
             break
+    if response.reauthenticated:
+        notes.append(f"send {sends}: 401, sent again once with a renewed access token")
 
     state, detail = classify(response.status, on_conflict=spec.write.on_conflict)
     if 200 <= response.status < 300 and _refused_in_body(spec.write.rejected_when, response):
@@ -454,7 +482,7 @@ def execution_run(*, plan_id) -> str:
     status_path = ""
     if state == PlanStatus.PENDING:
         status_path = _status_path(plan, response)
-    body_text = filter_text(response.body.decode("utf-8", "replace"), secrets=secrets)
+    body_text = filter_text(response.body.decode("utf-8", "replace"), secrets=auth.secret_values())
     _finish(
         claim,
         to=state,
@@ -678,7 +706,7 @@ def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, 
             **(request.get("headers") or {}),
             spec.write.idempotency_header: attempt.idempotency_key,
         }
-        with WriteClient(plan.action.connector, auth_headers(credential, secret)) as client:
+        with WriteClient(plan.action.connector, credential_auth(credential, secret)) as client:
             response = client.request(
                 request["method"],
                 request["path"],
@@ -714,7 +742,7 @@ def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
     if not note:
         raise InvalidInput(errors=[{"pointer": "/note", "message": "say what you found"}])
     with transaction.atomic():
-        plan = Plan.objects.select_for_update().select_related("action").get(id=plan_id)
+        plan = Plan.objects.select_for_update(of=("self",)).select_related("action").get(id=plan_id)
         if plan.status != PlanStatus.UNKNOWN:
             raise InvalidTransition(
                 f"only an unknown outcome can be resolved; this one is {plan.status}"
@@ -734,6 +762,37 @@ def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
 # --- the sweeper ------------------------------------------------------------------------
 
 
+def _lost_wakeups(now, report: dict[str, int]) -> list:
+    """Approved plans to publish again: idle past COUNTERSIGN_REQUEUE_AFTER_SECONDS, and
+    no more than the broker queue can be missing.
+
+    Under a backlog, approved plans wait longer than the requeue delay with their
+    message still queued; publishing them all again would multiply the deliveries each
+    sweep. So if the queue holds ``d`` messages and ``n`` plans are overdue, at most
+    ``n - d`` messages can have been lost, and only that many (oldest first, at most
+    COUNTERSIGN_REQUEUE_BATCH per sweep) are published again. The others keep their
+    ``enqueued_at`` and are looked at again next sweep, once the queue has moved. When
+    the queue depth cannot be read, every overdue plan counts (up to the batch).
+    """
+    from .tasks import queued_messages
+
+    requeue_before = now - timedelta(seconds=settings.COUNTERSIGN_REQUEUE_AFTER_SECONDS)
+    overdue = Plan.objects.filter(status=PlanStatus.APPROVED, enqueued_at__lte=requeue_before)
+    ids = list(
+        overdue.order_by("enqueued_at").values_list("id", flat=True)[
+            : settings.COUNTERSIGN_REQUEUE_BATCH
+        ]
+    )
+    if not ids:
+        return ids
+    depth = queued_messages()
+    if depth:
+        missing = max(0, overdue.count() - depth)
+        report["still_queued"] = len(ids) - min(len(ids), missing)
+        ids = ids[:missing]
+    return ids
+
+
 def sweep(*, now=None) -> dict[str, int]:
     """Recover from lost messages and dead workers; expire what waited too long.
 
@@ -746,11 +805,14 @@ def sweep(*, now=None) -> dict[str, int]:
     from .tasks import enqueue_execution
 
     now = now or timezone.now()
-    report = {"expired": plans_expire(now=now), "requeued": 0, "recovered": 0, "unknown": 0}
-    requeue_before = now - timedelta(seconds=settings.COUNTERSIGN_REQUEUE_AFTER_SECONDS)
-    for plan_id in Plan.objects.filter(
-        status=PlanStatus.APPROVED, enqueued_at__lte=requeue_before
-    ).values_list("id", flat=True)[:500]:
+    report = {
+        "expired": plans_expire(now=now),
+        "requeued": 0,
+        "still_queued": 0,
+        "recovered": 0,
+        "unknown": 0,
+    }
+    for plan_id in _lost_wakeups(now, report):
         with transaction.atomic():
             if Plan.objects.filter(id=plan_id, status=PlanStatus.APPROVED).update(enqueued_at=now):
                 enqueue_execution(plan_id)

@@ -4,6 +4,7 @@ tests, a real web server and a real Celery worker."""
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -22,6 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_CATALOG = ROOT / "actions" / "demo" / "catalog.yaml"
 READ_TOKEN = "test-read-" + uuid.uuid4().hex
 WRITE_TOKEN = "test-write-" + uuid.uuid4().hex
+# The demo upstream's OAuth2 client (POST /oauth/token); the access tokens it issues are
+# random and looked up from the server (DemoUpstream.issued_tokens()).
+OAUTH_CLIENT_ID = "test-client-" + uuid.uuid4().hex
+OAUTH_CLIENT_SECRET = "test-oauth-secret-" + uuid.uuid4().hex
 
 
 def pytest_sessionstart(session):
@@ -98,17 +103,27 @@ def executor_key(settings, worker_keys):
 
 @pytest.fixture(scope="session")
 def upstream_server():
-    server = DemoUpstream(read_token=READ_TOKEN, write_token=WRITE_TOKEN).start()
+    server = DemoUpstream(
+        read_token=READ_TOKEN,
+        write_token=WRITE_TOKEN,
+        oauth_client_id=OAUTH_CLIENT_ID,
+        oauth_client_secret=OAUTH_CLIENT_SECRET,
+    ).start()
     yield server
     server.stop()
 
 
 @pytest.fixture
 def upstream(upstream_server):
-    """The demo upstream, reset to its seed data for each test."""
+    """The demo upstream, reset to its seed data for each test (its issued OAuth2 tokens
+    too, so this process's token cache starts empty as well)."""
+    from executors.oauth import forget_all
+
     upstream_server.reset()
+    forget_all()
     yield upstream_server
     upstream_server.clear_faults()
+    forget_all()
 
 
 @pytest.fixture
@@ -269,19 +284,26 @@ class CanaryLeak(AssertionError):
 _BEARER = re.compile(r"authorization[\"']?\s*[:=]\s*[\"']?bearer\s+(?!<|&lt;|\[)\S{6,}", re.I)
 
 
-def canary_leaks(url: str, headers, body, *, internal_urls=()) -> list[str]:
+def known_secrets(tokens=()) -> list[tuple[str, str]]:
+    """(value, what) for every secret a test may hold; ``tokens`` are issued access tokens."""
+    return [
+        (READ_TOKEN, "the upstream read token"),
+        (WRITE_TOKEN, "the upstream write token"),
+        (OAUTH_CLIENT_SECRET, "the OAuth2 client secret"),
+        *((token, "an OAuth2 access token") for token in tokens),
+    ]
+
+
+def secrets_in(text: str, tokens=()) -> list[str]:
+    return [what for secret, what in known_secrets(tokens) if secret in text]
+
+
+def canary_leaks(url: str, headers, body, *, internal_urls=(), tokens=()) -> list[str]:
     """What the response to ``url`` leaks (empty if nothing)."""
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     text = "\n".join(f"{name}: {value}" for name, value in headers) + "\n" + (body or "")
-    found = [
-        what
-        for secret, what in (
-            (READ_TOKEN, "the upstream read token"),
-            (WRITE_TOKEN, "the upstream write token"),
-        )
-        if secret in text
-    ]
+    found = secrets_in(text, tokens)
     if "Traceback (most recent call last)" in text:
         found.append("a Python stack trace")
     if not urlsplit(url).path.startswith("/admin/"):
@@ -293,8 +315,8 @@ def canary_leaks(url: str, headers, body, *, internal_urls=()) -> list[str]:
     return found
 
 
-def canary_check(url: str, headers, body, *, internal_urls=()) -> None:
-    found = canary_leaks(url, headers, body, internal_urls=internal_urls)
+def canary_check(url: str, headers, body, *, internal_urls=(), tokens=()) -> None:
+    found = canary_leaks(url, headers, body, internal_urls=internal_urls, tokens=tokens)
     if found:
         raise CanaryLeak(f"the response to {url} leaks {', '.join(found)}")
 
@@ -304,13 +326,45 @@ class Canary:
     internal_urls: set[str] = field(default_factory=set)  # addresses no response may show
     ours: set[str] = field(default_factory=set)  # base URLs of Countersign's live servers
     leaks: list[str] = field(default_factory=list)
+    upstream: object = None  # the demo upstream, when the test uses it (its access tokens)
+
+    def tokens(self) -> list[str]:
+        return self.upstream.issued_tokens() if self.upstream is not None else []
 
     def check(self, url: str, headers, body) -> None:
         try:
-            canary_check(url, headers, body, internal_urls=self.internal_urls)
+            canary_check(url, headers, body, internal_urls=self.internal_urls, tokens=self.tokens())
         except CanaryLeak as exc:
             self.leaks.append(str(exc))  # reported at teardown even if the test swallowed it
             raise
+
+
+class CanaryLogHandler(logging.Handler):
+    """Sees every log record emitted during a test (the root logger is at DEBUG meanwhile)
+    and notes any that carries a secret: no log line may, at any level."""
+
+    def __init__(self, canary: Canary) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.canary = canary
+        self.records = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records += 1
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record is the logger's bug, not a leak
+            text = str(record.msg)
+        if record.exc_info and not record.exc_text:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        elif record.exc_text:
+            text += "\n" + record.exc_text
+        if record.stack_info:
+            text += "\n" + record.stack_info
+        found = secrets_in(text, self.canary.tokens())
+        if found:
+            self.canary.leaks.append(
+                f"a {record.levelname} log record of {record.name} carries {', '.join(found)}"
+            )
 
 
 @pytest.fixture(autouse=True)
@@ -321,7 +375,8 @@ def canary(request, monkeypatch):
     canary = Canary()
     # Only servers this test uses anyway (getfixturevalue starts nothing new).
     if "upstream_server" in request.fixturenames:
-        canary.internal_urls.add(request.getfixturevalue("upstream_server").url)
+        canary.upstream = request.getfixturevalue("upstream_server")
+        canary.internal_urls.add(canary.upstream.url)
     if "live_web" in request.fixturenames:
         canary.ours.add(request.getfixturevalue("live_web"))
 
@@ -358,6 +413,22 @@ def canary(request, monkeypatch):
     monkeypatch.setattr(Client, "request", request_checked)
     monkeypatch.setattr(AsyncClient, "request", async_request_checked)
     monkeypatch.setattr(httpx.Client, "send", send_checked)
-    yield canary
+    # Every record reaches the canary; the handlers already there (the console) keep
+    # printing only what they printed before.
+    root = logging.getLogger()
+    handler = CanaryLogHandler(canary)
+    old_level = root.level
+    quieted = [(h, h.level) for h in root.handlers if h.level < old_level]
+    for other, _ in quieted:
+        other.setLevel(old_level)
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield canary
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        for other, level in quieted:
+            other.setLevel(level)
     if canary.leaks:
         pytest.fail("canary: " + "; ".join(canary.leaks), pytrace=False)

@@ -101,29 +101,31 @@ def base_env(db_url: str, broker_url: str, queue: str, public_key: str, extra=No
     return env
 
 
-def start_web(env: dict, log_dir: Path) -> tuple[Process, str]:
+def start_web(
+    env: dict, log_dir: Path, *, name: str = "web", workers: int | None = None
+) -> tuple[Process, str]:
+    """uvicorn on a free port; ``workers`` > 1 runs that many worker processes under
+    uvicorn's supervisor (as in production)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**env, "COUNTERSIGN_PUBLIC_URL": url}
-    proc = Process(
-        "web",
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "config.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-access-log",
-            "--lifespan",
-            "off",
-        ],
-        env,
-        log_dir,
-    )
-    deadline = time.monotonic() + 30
+    args = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "config.asgi:application",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--lifespan",
+        "off",
+    ]
+    if workers:
+        args += ["--workers", str(workers)]
+    proc = Process(name, args, env, log_dir)
+    deadline = time.monotonic() + 30 + 10 * (workers or 0)
     while time.monotonic() < deadline:
         if not proc.alive():
             raise RuntimeError(f"web server exited:\n{proc.log()}")

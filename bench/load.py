@@ -1,0 +1,207 @@
+"""The load generator of ``make bench``: a separate process, so the client's CPU is not
+the server's. Reads one JSON job on stdin, writes one JSON result on stdout.
+
+Jobs (``"mode"``):
+
+* ``submit``: POST plans (or the baseline) from ``concurrency`` tasks for ``seconds``;
+  returns the count, errors and every latency.
+* ``prepare``: submit one plan per contact id; returns ``[{id, fingerprint, contact}]``.
+* ``wait``: hold one ``GET /api/v1/plans/{id}?wait=N`` per plan id at once; touches
+  ``ready_file`` once every request has been sent; returns when each came back (wall
+  clock, to compare with the approver's commit times).
+* ``get``: GET each path ``repeat`` times, one at a time; returns the latencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def _body(i: int, contacts: list[str], tag: str) -> dict:
+    return {
+        "action": "update_contact_email",
+        "input": {"contact_id": contacts[i % len(contacts)], "email": f"{tag}{i}@bench.test"},
+        "reason": "bench",
+    }
+
+
+async def submit(job: dict) -> dict:
+    url, path, contacts = job["url"], job["path"], job["contacts"]
+    headers = {"Authorization": f"Bearer {job['token']}"}
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    plans: list[dict] = []  # what POST /api/v1/plans created (reused by later scenarios)
+    counter = iter(range(job.get("offset", 0), 10**9))
+    limits = httpx.Limits(max_connections=job["concurrency"], max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30) as c:
+
+        async def one(record: bool) -> None:
+            i = next(counter)
+            began = time.perf_counter()
+            try:
+                response = await c.post(path, json=_body(i, contacts, job["tag"]))
+                status = response.status_code
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
+            if not record:
+                return
+            if status == 201 and path == "/api/v1/plans":
+                plan = response.json()
+                plans.append(
+                    {
+                        "id": plan["id"],
+                        "fingerprint": plan["fingerprint"],
+                        "contact": plan["input"]["contact_id"],
+                    }
+                )
+            if status == 201:
+                latencies.append((time.perf_counter() - began) * 1000)
+            else:
+                errors[str(status)] = errors.get(str(status), 0) + 1
+
+        async def loop(until: float, record: bool) -> None:
+            while time.perf_counter() < until:
+                await one(record)
+
+        warm = time.perf_counter() + job.get("warmup", 2.0)
+        await asyncio.gather(*(loop(warm, False) for _ in range(job["concurrency"])))
+        began = time.perf_counter()
+        until = began + job["seconds"]
+        await asyncio.gather(*(loop(until, True) for _ in range(job["concurrency"])))
+        elapsed = time.perf_counter() - began
+    return {
+        "count": len(latencies),
+        "elapsed": elapsed,
+        "errors": errors,
+        "latencies": latencies,
+        "plans": plans,
+        "next": next(counter),  # the next contact index (warm-up included)
+    }
+
+
+async def prepare(job: dict) -> dict:
+    headers = {"Authorization": f"Bearer {job['token']}"}
+    limits = httpx.Limits(max_connections=job.get("concurrency", 8))
+    semaphore = asyncio.Semaphore(job.get("concurrency", 8))
+    async with httpx.AsyncClient(
+        base_url=job["url"], headers=headers, limits=limits, timeout=60
+    ) as c:
+
+        async def one(i: int, contact: str) -> dict:
+            async with semaphore:
+                body = _body(i, [contact], job.get("tag", "p"))
+                for attempt in range(12):
+                    response = await c.post("/api/v1/plans", json=body)
+                    if response.status_code == 201:
+                        plan = response.json()
+                        return {
+                            "id": plan["id"],
+                            "fingerprint": plan["fingerprint"],
+                            "contact": contact,
+                        }
+                    if response.status_code < 500 and response.status_code != 429:
+                        break
+                    # A shared machine's database may be out of connections for a moment.
+                    await asyncio.sleep(min(5.0, 0.25 * 2**attempt))
+                raise RuntimeError(f"submit failed: {response.status_code} {response.text[:300]}")
+
+        plans = await asyncio.gather(*(one(i, c_) for i, c_ in enumerate(job["contacts"])))
+    return {"plans": plans}
+
+
+async def wait(job: dict) -> dict:
+    headers = {"Authorization": f"Bearer {job['token']}"}
+    n = len(job["plan_ids"])
+    limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
+    sent = 0
+    all_sent = asyncio.Event()
+    results: list[dict] = []
+    timeout = httpx.Timeout(job["wait"] + 30, connect=30)
+    async with httpx.AsyncClient(
+        base_url=job["url"], headers=headers, limits=limits, timeout=timeout
+    ) as c:
+
+        async def one(plan_id: str) -> None:
+            nonlocal sent
+            began = time.time()
+            request = c.build_request("GET", f"/api/v1/plans/{plan_id}?wait={job['wait']}")
+            task = asyncio.ensure_future(c.send(request))
+            await asyncio.sleep(0)
+            sent += 1
+            if sent == n:
+                all_sent.set()
+            rounds = 1
+            while True:
+                try:
+                    response = await task
+                    status, plan_status = response.status_code, response.json().get("status")
+                except httpx.HTTPError as exc:
+                    status, plan_status = type(exc).__name__, None
+                # Like an agent: a wait that ended without a change is asked again.
+                if plan_status != "awaiting_approval" or rounds >= job.get("rounds", 3):
+                    break
+                rounds += 1
+                task = asyncio.ensure_future(c.get(f"/api/v1/plans/{plan_id}?wait={job['wait']}"))
+            results.append(
+                {
+                    "id": plan_id,
+                    "sent": began,
+                    "received": time.time(),
+                    "http": status,
+                    "status": plan_status,
+                    "rounds": rounds,
+                }
+            )
+
+        async def signal_ready() -> None:
+            await all_sent.wait()
+            Path(job["ready_file"]).write_text(str(time.time()))
+
+        # Open the connections a few at a time, as agents would arrive.
+        tasks = []
+        for i, plan_id in enumerate(job["plan_ids"]):
+            tasks.append(asyncio.ensure_future(one(plan_id)))
+            if i % 50 == 49:
+                await asyncio.sleep(0.02)
+        await asyncio.gather(signal_ready(), *tasks)
+    return {"results": results}
+
+
+async def get(job: dict) -> dict:
+    headers = job.get("headers", {})
+    out: dict[str, list[float]] = {}
+    async with httpx.AsyncClient(
+        base_url=job["url"], headers=headers, cookies=job.get("cookies", {}), timeout=60
+    ) as c:
+        for path in job["paths"]:
+            times = []
+            for i in range(job["warmup"] + job["repeat"]):
+                began = time.perf_counter()
+                response = await c.get(path)
+                elapsed = (time.perf_counter() - began) * 1000
+                if response.status_code != 200:
+                    raise RuntimeError(f"GET {path}: {response.status_code} {response.text[:300]}")
+                if i >= job["warmup"]:
+                    times.append(elapsed)
+            out[path] = times
+    return {"latencies": out}
+
+
+MODES = {"submit": submit, "prepare": prepare, "wait": wait, "get": get}
+
+
+def main() -> int:
+    job = json.load(sys.stdin)
+    result = asyncio.run(MODES[job["mode"]](job))
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,690 @@
+"""docs/benchmarks.md and the PNG plots under docs/benchmarks/, from the results of
+``bench/run.py`` (docs/benchmarks/results.json). Run alone to regenerate the page
+without measuring again: ``.venv/bin/python bench/report.py``.
+
+Hand-written analysis lives in docs/benchmarks/analysis.md and is included as is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+DOCS = ROOT / "docs"
+PLOTS = DOCS / "benchmarks"
+
+BUDGET_B1_RATIO = 0.6
+BUDGET_B2_P50_MS = 25.0
+BUDGET_B4_RATIO = 1.3
+BUDGET_B5_P50_MS = 50.0
+
+
+def fmt(value, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def mb(kb) -> str:
+    return "–" if kb in (None, 0) else f"{kb / 1024:,.0f} MB"
+
+
+def verdict(ok: bool | None) -> str:
+    return "–" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# --- plots ------------------------------------------------------------------------------
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 100, "font.size": 9})
+    return plt
+
+
+def _cdf(ax, values, label):
+    values = sorted(values)
+    if not values:
+        return
+    ys = [(i + 1) / len(values) for i in range(len(values))]
+    ax.plot(values, ys, label=label)
+
+
+def plots(r: dict) -> dict[str, str]:
+    plt = _plt()
+    out: dict[str, str] = {}
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(PLOTS / name)
+        plt.close(fig)
+        out[name] = f"benchmarks/{name}"
+
+    if "B1" in r:
+        b = r["B1"]
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3))
+        names = ["baseline", "POST /api/v1/plans"]
+        a1.bar(
+            names, [b["baseline"]["per_second"], b["submit"]["per_second"]], color=["#999", "#36c"]
+        )
+        a1.set_ylabel("requests/s")
+        a1.set_title(f"B1 throughput (ratio {b['ratio']:.2f})")
+        xs = range(2)
+        a2.bar(
+            [x - 0.2 for x in xs],
+            [b["baseline"]["latency_ms"]["p50"], b["submit"]["latency_ms"]["p50"]],
+            0.4,
+            label="p50",
+        )
+        a2.bar(
+            [x + 0.2 for x in xs],
+            [b["baseline"]["latency_ms"]["p99"], b["submit"]["latency_ms"]["p99"]],
+            0.4,
+            label="p99",
+        )
+        a2.set_xticks(list(xs), names)
+        a2.set_ylabel("ms")
+        a2.set_title("B1 latency")
+        a2.legend()
+        save(fig, "b1-submit.png")
+    if "B2" in r:
+        b = r["B2"]
+        fig, ax = plt.subplots(figsize=(6, 3))
+        _cdf(ax, b.get("latencies", []), "approval commit → upstream receives the write")
+        ax.axvline(BUDGET_B2_P50_MS, color="red", linestyle="--", label="p50 budget")
+        ax.set_xlabel("ms")
+        ax.set_ylabel("fraction of plans")
+        ax.set_title("B2 decision to effect")
+        ax.legend(fontsize=7)
+        save(fig, "b2-decision-to-effect.png")
+    if "B3" in r:
+        runs = r["B3"]["runs"]
+        fig, ax = plt.subplots(figsize=(5, 3))
+        xs = [x["workers"] for x in runs]
+        ax.plot(xs, [x["per_second"] for x in runs], "o-", label="measured")
+        ax.plot(
+            xs, [runs[0]["per_second"] * x / xs[0] for x in xs], "--", color="#999", label="linear"
+        )
+        ax.set_xticks(xs)
+        ax.set_xlabel("worker processes (concurrency 1 each)")
+        ax.set_ylabel("executions/s")
+        ax.set_title("B3 executor throughput")
+        ax.legend()
+        save(fig, "b3-throughput.png")
+    if "B4" in r:
+        b = r["B4"]
+        names = list(b["small"]["pages"])
+        fig, ax = plt.subplots(figsize=(7, 3))
+        xs = range(len(names))
+        small = [b["small"]["pages"][n]["latency_ms"]["p50"] for n in names]
+        large = [b["large"]["pages"][n]["latency_ms"]["p50"] for n in names]
+        ax.bar([x - 0.2 for x in xs], small, 0.4, label=f"{b['small']['plans']:,} plans")
+        ax.bar([x + 0.2 for x in xs], large, 0.4, label=f"{b['large']['plans']:,} plans")
+        ax.set_xticks(list(xs), names)
+        ax.set_ylabel("p50 ms")
+        ax.set_title("B4 history")
+        ax.legend()
+        save(fig, "b4-history.png")
+    if "B5" in r:
+        b = r["B5"]
+        fig, ax = plt.subplots(figsize=(6, 3))
+        _cdf(ax, b["few"].get("wakes", []), f"{b['few']['waiters']} waiters, settled one by one")
+        _cdf(ax, b["many"].get("wakes", []), f"{b['many']['waiters']} waiters")
+        ax.axvline(BUDGET_B5_P50_MS, color="red", linestyle="--", label="p50 budget")
+        ax.set_xlabel("ms from the decision's commit to the agent's answer")
+        ax.set_ylabel("fraction of waiters")
+        ax.set_title("B5 wake-up latency")
+        ax.legend(fontsize=7)
+        save(fig, "b5-waiting.png")
+    if "B6" in r:
+        b = r["B6"]
+        rest = b["rest"]
+        fig, ax = plt.subplots(figsize=(6, 3))
+        labels = ["web (all processes)", "one worker"]
+        at_rest = [rest["web_rss_kb"] / 1024, max(rest["worker_rss_kb"] or [0]) / 1024]
+        loaded = [b.get("web_rss_peak_kb", 0) / 1024, b.get("worker_rss_peak_kb", 0) / 1024]
+        xs = range(2)
+        ax.bar([x - 0.2 for x in xs], at_rest, 0.4, label="at rest")
+        ax.bar([x + 0.2 for x in xs], loaded, 0.4, label="under load (peak)")
+        ax.set_xticks(list(xs), labels)
+        ax.set_ylabel("RSS MB")
+        ax.set_title("B6 footprint")
+        ax.legend()
+        save(fig, "b6-footprint.png")
+    return out
+
+
+# --- the page ---------------------------------------------------------------------------
+
+
+def _profile_excerpt(path: str | None, lines: int = 18) -> str:
+    if not path or not (ROOT / path).exists():
+        return ""
+    text = (ROOT / path).read_text().splitlines()
+    start = next((i for i, line in enumerate(text) if line.lstrip().startswith("ncalls")), 0)
+    body = text[start : start + lines + 1]
+    return "```\n" + "\n".join(body) + "\n```"
+
+
+def markdown(r: dict, images: dict[str, str]) -> str:
+    m = r["machine"]
+    c = r["config"]
+    sizes = c["sizes"]
+    profiles = r.get("profiles", {})
+    parts: list[str] = []
+    quick = (
+        "\n\n> **A quick run** (`--quick`: smaller sizes). Regenerate with `make bench` for "
+        "the figures of record.\n"
+        if r.get("quick")
+        else ""
+    )
+    parts.append(
+        f"""# Benchmarks
+
+Issue 8: a gateway sits on the path of every agent action, so its overhead must stay
+close to the minimum work it has to do, and its pages must stay fast as history grows.
+Every figure below comes from real processes on loopback — `uvicorn --workers
+{c["web_workers"]}`, Celery workers, the demo upstream, PostgreSQL and Redis — driven by
+a load generator in a process of its own (`bench/load.py`). Absolute times on a shared
+machine drift, so each figure is set against a **baseline measured in the same run**, and
+the budgets are ratios where the issue allows.
+
+Regenerate with `make bench` (about ten minutes; `make bench BENCH_ARGS=--quick` for a
+short run, `BENCH_HISTORY=100000` for a smaller B4 history). A scratch database next to
+`DATABASE_URL` is created and dropped; Redis is `BENCH_REDIS_URL` (default DB 12) with a
+queue of the run's own. The harness is `bench/run.py`, this page `bench/report.py`
+(`.venv/bin/python bench/report.py` rewrites it from `docs/benchmarks/results.json`).{quick}
+
+## This run
+
+{
+            table(
+                ["", ""],
+                [
+                    ["date", r["when"]],
+                    ["CPU", f"{m['cores']} cores, {m.get('cpu', '')}"],
+                    ["memory", f"{m.get('memory_gb', '–')} GB"],
+                    [
+                        "load average at start (1/5/15 min)",
+                        " / ".join(str(x) for x in m.get("loadavg_at_start", [])),
+                    ],
+                    ["Python", m["python"]],
+                    ["PostgreSQL", m.get("postgresql", "–")],
+                    ["Redis", m.get("redis", "–")],
+                    ["platform", m.get("platform", "")],
+                    ["web", f"uvicorn, {c['web_workers']} worker processes"],
+                    [
+                        "executors",
+                        f"{c['celery_workers']} Celery worker processes, concurrency 1 each "
+                        "(B3 varies this)",
+                    ],
+                    ["duration", f"{fmt(r.get('seconds', float('nan')), 0)} s"],
+                ],
+            )
+        }
+
+Settings as in production except where a figure needs otherwise: the per-agent rate limit
+raised out of the way (`1000000/minute`, still counted in Redis), log level WARNING.
+Database connections as docs/deployment.md advises: none kept by the web server
+(`COUNTERSIGN_DB_CONN_MAX_AGE=0`: under ASGI each request's thread would keep its own),
+persistent in the workers (`60`).
+"""
+    )
+
+    # summary
+    rows = []
+    b1, b2, b3, b4, b5, b6 = (r.get(k) for k in ("B1", "B2", "B3", "B4", "B5", "B6"))
+    if b1:
+        rows.append(
+            [
+                "B1 submit",
+                f"{fmt(b1['submit']['per_second'])} plans/s",
+                f"{fmt(b1['baseline']['per_second'])} req/s (GET + INSERT)",
+                fmt(b1["ratio"], 2),
+                f"ratio ≥ {BUDGET_B1_RATIO}",
+                verdict(b1["ratio"] >= BUDGET_B1_RATIO),
+            ]
+        )
+    if b2:
+        rows.append(
+            [
+                "B2 decision to effect",
+                f"p50 {fmt(b2['latency_ms']['p50'])} ms, p99 {fmt(b2['latency_ms']['p99'])} ms",
+                f"p50 {fmt(b2['floor_ms']['p50'])} ms (GET + PATCH, direct)",
+                fmt(b2["ratio"], 2),
+                f"p50 ≤ {BUDGET_B2_P50_MS:g} ms",
+                verdict(b2["latency_ms"]["p50"] <= BUDGET_B2_P50_MS),
+            ]
+        )
+    if b3:
+        runs = b3["runs"]
+        rows.append(
+            [
+                "B3 executor throughput",
+                ", ".join(f"{x['workers']}: {fmt(x['per_second'])}/s" for x in runs),
+                f"{fmt(runs[0]['per_second'])}/s with {runs[0]['workers']} worker",
+                ", ".join(fmt(x["ratio"], 2) for x in runs),
+                "(scaling advice)",
+                "–",
+            ]
+        )
+    if b4:
+        ratios = b4["ratio"]
+        same = all(
+            b4["small"]["pages"][n]["queries"] == b4["large"]["pages"][n]["queries"] for n in ratios
+        )
+        rows.append(
+            [
+                "B4 history",
+                f"p50 at {b4['large']['plans']:,} plans",
+                f"p50 at {b4['small']['plans']:,} plans",
+                ", ".join(f"{fmt(v, 2)}" for v in ratios.values()),
+                f"ratio ≤ {BUDGET_B4_RATIO}, same query counts",
+                verdict(max(ratios.values()) <= BUDGET_B4_RATIO and same),
+            ]
+        )
+    if b5:
+        many = b5["many"]
+        no_per_waiter = (
+            many["threads_waiting"] - many["threads_before"] < many["waiters"] / 10
+            and many["db_connections_waiting"] - many["db_connections_before"]
+            < many["waiters"] / 10
+        )
+        rows.append(
+            [
+                f"B5 {many['waiters']:,} waiting agents",
+                f"wake-up p50 {fmt(many['wake_ms']['p50'])} ms; "
+                f"+{many['threads_waiting'] - many['threads_before']} threads, "
+                f"+{many['db_connections_waiting'] - many['db_connections_before']} DB connections",
+                f"wake-up p50 {fmt(b5['few']['wake_ms']['p50'])} ms "
+                f"with {b5['few']['waiters']} waiters",
+                fmt(b5["ratio"], 2),
+                f"no thread/connection per waiter; p50 ≤ {BUDGET_B5_P50_MS:g} ms",
+                verdict(no_per_waiter and many["wake_ms"]["p50"] <= BUDGET_B5_P50_MS),
+            ]
+        )
+    if b6 and b6.get("web_rss_peak_kb"):
+        rows.append(
+            [
+                "B6 footprint",
+                f"web {mb(b6.get('web_rss_peak_kb'))} under load",
+                f"web {mb(b6['rest']['web_rss_kb'])} at rest",
+                fmt(b6["web_rss_peak_kb"] / max(b6["rest"]["web_rss_kb"], 1), 2),
+                "(reported)",
+                "–",
+            ]
+        )
+    parts.append(
+        "## Budgets\n\n"
+        + table(["scenario", "figure", "baseline (same run)", "ratio", "budget", "verdict"], rows)
+    )
+
+    counted = r.get("queries_per_call", {})
+    queries_submit = (
+        f" One submission makes {counted['submit']} SQL queries (the baseline: 1)."
+        if "submit" in counted
+        else ""
+    )
+    queries_execute = (
+        f" One execution makes {counted['execute']} SQL queries." if "execute" in counted else ""
+    )
+    if b1:
+        s, b = b1["submit"], b1["baseline"]
+        parts.append(
+            f"""## B1 submit
+
+`POST /api/v1/plans` (`update_contact_email`: validate, read the contact with the read
+credential, compute the preview and fingerprint, store plan and audit event) against the
+**baseline endpoint** in the same server (`approvals/bench_api.py`, mounted only with
+`COUNTERSIGN_BENCH=1` and never in production): parse the body, one GET of the contact
+over a kept-alive connection, one INSERT. {b1["concurrency"]} concurrent clients, two
+alternating rounds of {b1["seconds"] / 2:g} s per endpoint after a warm-up; {sizes["b1_contacts"]}
+contacts in rotation.
+
+{
+                table(
+                    ["endpoint", "requests", "per second", "p50 ms", "p90 ms", "p99 ms", "errors"],
+                    [
+                        [
+                            name,
+                            fmt(x["count"]),
+                            fmt(x["per_second"]),
+                            fmt(x["latency_ms"]["p50"]),
+                            fmt(x["latency_ms"]["p90"]),
+                            fmt(x["latency_ms"]["p99"]),
+                            x["errors"] or "none",
+                        ]
+                        for name, x in (("baseline", b), ("POST /api/v1/plans", s))
+                    ],
+                )
+            }
+
+Throughput ratio **{fmt(b1["ratio"], 2)}** (budget ≥ {BUDGET_B1_RATIO}).{queries_submit}
+
+![B1]({images.get("b1-submit.png", "")})
+"""
+        )
+        if b1["ratio"] < BUDGET_B1_RATIO and profiles.get("submit"):
+            parts.append(
+                "Where a submission's time goes — `plan_submit` under cProfile in the bench "
+                "process, same database and upstream "
+                f"([full profile]({profiles['submit'].removeprefix('docs/')})):\n\n"
+                + _profile_excerpt(profiles["submit"])
+            )
+    if b2:
+        parts.append(
+            f"""## B2 decision to effect
+
+From the commit of the approval's transaction (taken by an `on_commit` hook registered
+before the service's own, so before the wake-up is published) to the moment the demo
+upstream receives the `PATCH` (its request log's receive time; one clock, one machine).
+{b2["plans"]} plans approved one every {sizes["b2_gap"]:g} s, so the workers are idle:
+this is latency, not queueing. The floor is the executor's unavoidable upstream work — the
+re-read and the conditional write — done directly over a fresh connection.
+
+{
+                table(
+                    ["", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+                    [
+                        [
+                            "commit → upstream receives the write",
+                            fmt(b2["latency_ms"]["p50"]),
+                            fmt(b2["latency_ms"]["p90"]),
+                            fmt(b2["latency_ms"]["p99"]),
+                            fmt(b2["latency_ms"]["max"]),
+                        ],
+                        [
+                            "… commit → a worker claims the plan",
+                            fmt(b2["commit_to_claim_ms"]["p50"]),
+                            fmt(b2["commit_to_claim_ms"]["p90"]),
+                            fmt(b2["commit_to_claim_ms"]["p99"]),
+                            fmt(b2["commit_to_claim_ms"]["max"]),
+                        ],
+                        [
+                            "… claim → upstream receives the write",
+                            fmt(b2["claim_to_write_ms"]["p50"]),
+                            fmt(b2["claim_to_write_ms"]["p90"]),
+                            fmt(b2["claim_to_write_ms"]["p99"]),
+                            fmt(b2["claim_to_write_ms"]["max"]),
+                        ],
+                        [
+                            "floor: GET + PATCH directly",
+                            fmt(b2["floor_ms"]["p50"]),
+                            fmt(b2["floor_ms"]["p90"]),
+                            fmt(b2["floor_ms"]["p99"]),
+                            fmt(b2["floor_ms"]["max"]),
+                        ],
+                    ],
+                )
+            }
+
+Executed {b2["executed"]} of {b2["plans"]}; final states {b2["statuses"]}. Budget p50 ≤
+{BUDGET_B2_P50_MS:g} ms: {verdict(b2["latency_ms"]["p50"] <= BUDGET_B2_P50_MS)}.{queries_execute}
+
+![B2]({images.get("b2-decision-to-effect.png", "")})
+"""
+        )
+        if b2["latency_ms"]["p50"] > BUDGET_B2_P50_MS and profiles.get("execute"):
+            parts.append(
+                "Where an execution's time goes — `execution_run` under cProfile in the bench "
+                f"process ([full profile]({profiles['execute'].removeprefix('docs/')})):\n\n"
+                + _profile_excerpt(profiles["execute"])
+            )
+    if b3:
+        parts.append(
+            f"""## B3 executor throughput
+
+{sizes["b3_plans"]} approved plans per run, their wake-ups published in one go; executions/s
+from the first publish to the last plan finished. Each worker process runs one execution
+at a time (`--concurrency=1`); the ratio is against one worker.
+
+{
+                table(
+                    [
+                        "worker processes",
+                        "plans",
+                        "seconds",
+                        "executions/s",
+                        "ratio to 1 worker",
+                        "final states",
+                    ],
+                    [
+                        [
+                            x["workers"],
+                            x["plans"],
+                            fmt(x["seconds"], 2),
+                            fmt(x["per_second"]),
+                            fmt(x["ratio"], 2),
+                            x["statuses"],
+                        ]
+                        for x in b3["runs"]
+                    ],
+                )
+            }
+
+![B3]({images.get("b3-throughput.png", "")})
+"""
+        )
+    if b4:
+        names = list(b4["ratio"])
+        parts.append(
+            f"""## B4 history
+
+The queue page, a plan page and `GET /api/v1/plans/{{id}}` with {b4["small"]["plans"]:,}
+plans in the database, then with {b4["large"]["plans"]:,} (settled history seeded in bulk
+by `bench/seed.py` with COPY, {b4.get("seeded_events_per_plan", 2)} audit event(s) per plan,
+in {fmt(b4["large"].get("seed_seconds", float("nan")), 0)} s, then `VACUUM ANALYZE`). The
+queue holds the same {sizes["b4_queue"]} awaiting plans both times. Query counts are taken
+in the bench process (Django test client, `CaptureQueriesContext`), latencies over HTTP
+from the load generator ({sizes["b4_repeat"]} sequential requests each after a warm-up).
+
+{
+                table(
+                    [
+                        "page",
+                        f"queries ({b4['small']['plans']:,})",
+                        f"queries ({b4['large']['plans']:,})",
+                        f"p50 ms ({b4['small']['plans']:,})",
+                        f"p50 ms ({b4['large']['plans']:,})",
+                        f"p99 ms ({b4['large']['plans']:,})",
+                        "ratio (p50)",
+                    ],
+                    [
+                        [
+                            n,
+                            b4["small"]["pages"][n]["queries"],
+                            b4["large"]["pages"][n]["queries"],
+                            fmt(b4["small"]["pages"][n]["latency_ms"]["p50"]),
+                            fmt(b4["large"]["pages"][n]["latency_ms"]["p50"]),
+                            fmt(b4["large"]["pages"][n]["latency_ms"]["p99"]),
+                            fmt(b4["ratio"][n], 2),
+                        ]
+                        for n in names
+                    ],
+                )
+            }
+
+![B4]({images.get("b4-history.png", "")})
+"""
+        )
+    if b5:
+        many, few = b5["many"], b5["few"]
+        settled = (
+            f"The {many['waiters']:,} decisions were committed over "
+            f"{fmt(many['settle_seconds'], 1)} s ({fmt(many['settled_per_second'], 0)} a "
+            "second). "
+            if many.get("settle_seconds")
+            else ""
+        )
+        parts.append(
+            f"""## B5 waiting agents
+
+{many["waiters"]:,} agents each hold `GET /api/v1/plans/{{id}}?wait=30` at once (one
+connection each, from the load generator). While they wait, the web server's processes
+(supervisor and workers, summed) are read from `/proc` and the database's connections from
+`pg_stat_activity`; then every plan is settled (denied by a reviewer, 8 at a time, the
+oldest wait first) and
+each agent's answer is timed from the decision's commit. The baseline: {few["waiters"]}
+waiters settled one at a time.
+
+{
+                table(
+                    ["", "before", "while waiting", "difference"],
+                    [
+                        [
+                            "web RSS",
+                            mb(many["rss_before_kb"]),
+                            mb(many["rss_waiting_kb"]),
+                            mb(many["extra_rss_kb"]),
+                        ],
+                        [
+                            "web threads",
+                            many["threads_before"],
+                            many["threads_waiting"],
+                            many["threads_waiting"] - many["threads_before"],
+                        ],
+                        [
+                            "database connections",
+                            many["db_connections_before"],
+                            many["db_connections_waiting"],
+                            many["db_connections_waiting"] - many["db_connections_before"],
+                        ],
+                        [
+                            "web CPU (% of one core)",
+                            fmt(many["cpu_idle_percent"]),
+                            fmt(many["cpu_waiting_percent"]),
+                            fmt(many["cpu_waiting_percent"] - many["cpu_idle_percent"]),
+                        ],
+                    ],
+                )
+            }
+
+{
+                table(
+                    [
+                        "wake-up after the commit",
+                        "woken",
+                        "not woken",
+                        "p50 ms",
+                        "p90 ms",
+                        "p99 ms",
+                    ],
+                    [
+                        [
+                            f"{few['waiters']} waiters, one at a time",
+                            few["woken"],
+                            few["not_woken"],
+                            fmt(few["wake_ms"]["p50"]),
+                            fmt(few["wake_ms"]["p90"]),
+                            fmt(few["wake_ms"]["p99"]),
+                        ],
+                        [
+                            f"{many['waiters']:,} waiters",
+                            many["woken"],
+                            many["not_woken"],
+                            fmt(many["wake_ms"]["p50"]),
+                            fmt(many["wake_ms"]["p90"]),
+                            fmt(many["wake_ms"]["p99"]),
+                        ],
+                    ],
+                )
+            }
+
+{settled}Answers: {many.get("answers", "–")}; agents whose wait ended without a change and
+asked again (as an agent does): {many.get("asked_again", "–")}.{b5.get("note", "")}
+
+![B5]({images.get("b5-waiting.png", "")})
+"""
+        )
+    if b6:
+        rest = b6["rest"]
+        after = b6.get("after", rest)
+        rows = [
+            [
+                "web: all processes (supervisor + workers)",
+                rest["web_processes"],
+                mb(rest["web_rss_kb"]),
+                mb(b6.get("web_rss_peak_kb")),
+                mb(after["web_rss_kb"]),
+            ],
+        ]
+        for i, kb in enumerate(rest["worker_rss_kb"]):
+            rows.append(
+                [
+                    f"Celery worker {i + 1} (main + pool)",
+                    rest["worker_processes"][i],
+                    mb(kb),
+                    mb(b6.get("worker_rss_peak_kb")) if i == 0 else "",
+                    mb(after["worker_rss_kb"][i]) if i < len(after["worker_rss_kb"]) else "",
+                ]
+            )
+        parts.append(
+            f"""## B6 footprint
+
+Resident memory (`VmRSS` from `/proc/<pid>/status`, summed over each process tree this run
+started; pages shared after fork count once per process, so sums overstate). At rest is
+right after start; under load is the peak sampled during B1 (web) and B3 (one worker);
+after is at the end of the run.
+
+{table(["processes", "count", "at rest", "under load (peak)", "after the run"], rows)}
+
+![B6]({images.get("b6-footprint.png", "")})
+"""
+        )
+    analysis = PLOTS / "analysis.md"
+    if analysis.exists():
+        parts.append(analysis.read_text().strip())
+    if profiles:
+        parts.append(
+            "## Profiles\n\n"
+            + "\n".join(f"- [{k}]({v.removeprefix('docs/')})" for k, v in profiles.items())
+            + "\n\n(cProfile in the bench process over the same database and upstream: the "
+            "service code of the web and worker paths without HTTP or Celery around it.)"
+        )
+    return _wrapped("\n\n".join(p.strip() for p in parts)) + "\n"
+
+
+def _wrapped(text: str) -> str:
+    """Prose re-wrapped to 88 columns (the substitutions leave ragged lines); tables,
+    headings, code, images and quotes as they are."""
+    from bench.chaos import _rewrap
+
+    blocks, code = [], False
+    for block in text.split("\n\n"):
+        keep = code or block.startswith(("```", "!", ">", "|", "#", "- ["))
+        if block.count("```") % 2:
+            code = not code
+        blocks.append(block if keep else _rewrap(block))
+    return "\n\n".join(blocks)
+
+
+def write_report(results_path: Path | None = None) -> Path:
+    results_path = results_path or PLOTS / "results.json"
+    r = json.loads(results_path.read_text())
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    images = plots(r)
+    out = DOCS / "benchmarks.md"
+    out.write_text(markdown(r, images))
+    print(f"report: {out.relative_to(ROOT)} and {len(images)} plots in docs/benchmarks/")
+    return out
+
+
+if __name__ == "__main__":
+    write_report(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

@@ -1,0 +1,1024 @@
+"""``make bench``: Countersign under load, with real processes, against a baseline
+measured in the same run.
+
+What runs (all on 127.0.0.1, all stopped at the end, whatever happens):
+
+* a scratch PostgreSQL database next to ``DATABASE_URL`` (created, migrated, dropped);
+* Redis at ``BENCH_REDIS_URL`` (default DB 12 of the local server) with a queue of
+  this run's own;
+* the demo upstream (``python -m actions.demo.upstream``);
+* the web server: ``uvicorn --workers N`` with ``COUNTERSIGN_BENCH=1`` (which mounts the
+  baseline endpoint of ``approvals/bench_api.py``);
+* M Celery workers (``--concurrency=1`` each) holding the private key;
+* the load generator ``bench/load.py``, a process of its own.
+
+This process plays the admin (catalog, credentials) and the reviewers (approvals go
+through ``approvals.services.approval_record``, as the review page does), and reads
+``/proc`` and ``pg_stat_activity``. Results go to ``docs/benchmarks/results.json``;
+``bench/report.py`` turns them into ``docs/benchmarks.md`` and PNG plots.
+
+Scenarios: B1 submit, B2 decision to effect, B3 executor throughput, B4 history,
+B5 waiting agents, B6 footprint (see docs/benchmarks.md).
+
+``--quick`` is a short run for development; the full run takes about ten minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import logging
+import os
+import pstats
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.procs import (  # noqa: E402
+    Process,
+    Stack,
+    base_env,
+    database_url,
+    drop_database,
+    machine_facts,
+    read_tree,
+    scratch_database,
+    start_upstream,
+    start_web,
+    start_worker,
+    wait_ready,
+)
+
+log = logging.getLogger("bench")
+
+CONTACT_BASE = 1_000_000  # contacts created upstream for the run: c-1000000, c-1000001 ...
+TERMINAL = {
+    "completed",
+    "stale",
+    "rejected",
+    "refused",
+    "already_in_desired_state",
+    "denied",
+    "expired",
+    "cancelled",
+}
+
+
+@dataclass
+class Sizes:
+    b1_seconds: float = 20.0  # per endpoint, split in two alternating rounds
+    b1_concurrency: int = 8
+    b1_contacts: int = 2500  # one per plan where B1 is slow enough; its plans are reused
+    b2_plans: int = 200
+    b2_gap: float = 0.1
+    b3_plans: int = 400
+    b3_workers: tuple[int, ...] = (1, 2, 4)
+    b4_repeat: int = 40
+    b4_queue: int = 30  # awaiting plans on the queue page
+    b5_waiters: int = 1000
+    b5_few: int = 20
+    b5_idle: float = 4.0
+    profile_calls: int = 150
+
+
+QUICK = Sizes(
+    b1_seconds=6.0,
+    b1_concurrency=6,
+    b1_contacts=400,
+    b2_plans=40,
+    b3_plans=100,
+    b4_repeat=10,
+    b5_waiters=200,
+    b5_few=10,
+    b5_idle=3.0,
+    profile_calls=40,
+)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = (len(values) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def summary(values: list[float]) -> dict:
+    return {
+        "n": len(values),
+        "p50": pct(values, 0.5),
+        "p90": pct(values, 0.9),
+        "p99": pct(values, 0.99),
+        "mean": statistics.fmean(values) if values else float("nan"),
+        "max": max(values) if values else float("nan"),
+    }
+
+
+def say(message: str) -> None:
+    print(f"[bench {datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+
+
+# --- the deployment under test ----------------------------------------------------------
+
+
+class Deployment:
+    def __init__(self, stack: Stack, work: Path, args, sizes: Sizes) -> None:
+        self.stack, self.work, self.args, self.sizes = stack, work, args, sizes
+        self.web: Process | None = None
+        self.url = ""
+        self.workers: list[Process] = []
+        self.upstream_url = ""
+        self.read_token = "bench-read-" + uuid.uuid4().hex
+        self.write_token = "bench-write-" + uuid.uuid4().hex
+        self.next_contact = CONTACT_BASE
+        self.db_name = ""
+        # Plans awaiting approval, one per contact, left by B1 for later scenarios.
+        self.pool: dict[str, dict] = {}
+
+    # processes
+    def setup(self) -> None:
+        from django.conf import settings
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.models import Permission
+        from django.core.management import call_command
+        from django.db import connection
+
+        from actions.catalog import load_catalog
+        from actions.models import Connector, Credential
+        from actions.services import agent_create, credential_set
+        from executors.vault import generate_keypair
+
+        call_command("migrate", verbosity=0)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "CREATE TABLE bench_baseline (id uuid PRIMARY KEY, input jsonb NOT NULL, "
+                "before jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+            )
+        self.db_name = connection.settings_dict["NAME"]
+        private, public = generate_keypair()
+        key_file = self.work / "worker.key"
+        key_file.write_text(private)
+        key_file.chmod(0o600)
+        settings.COUNTERSIGN_WORKER_PUBLIC_KEY = public
+
+        proc, self.upstream_url = start_upstream(
+            dict(os.environ), self.work, self.read_token, self.write_token
+        )
+        self.stack.add(proc)
+        catalog = (ROOT / "actions" / "demo" / "catalog.yaml").read_text()
+        load_catalog(catalog, base_urls={"demo": self.upstream_url})
+        connector = Connector.objects.get(name="demo")
+        credential_set(
+            connector=connector, role=Credential.Role.READ, secret={"token": self.read_token}
+        )
+        credential_set(
+            connector=connector, role=Credential.Role.WRITE, secret={"token": self.write_token}
+        )
+        self.agent, self.token = agent_create(
+            name="bench-agent", action_names=["update_contact_email"], active=True
+        )
+        user = get_user_model().objects.create_user(username="bench-reviewer", password=None)
+        user.user_permissions.add(Permission.objects.get(codename="review_plan"))
+        self.reviewer = get_user_model().objects.get(pk=user.pk)
+
+        common = {
+            "REDIS_URL": self.args.redis_url,
+            "COUNTERSIGN_RATE_LIMIT": "1000000/minute",
+            # Production's default: persistent connections (tests use 0).
+            "COUNTERSIGN_DB_CONN_MAX_AGE": "60",
+            "COUNTERSIGN_LOG_LEVEL": "WARNING",
+            "COUNTERSIGN_NOTIFY_CHANNEL": f"countersign-bench-{os.getpid()}:plans",
+        }
+        env = base_env(
+            database_url(connection.settings_dict),
+            self.args.redis_url,
+            self.args.queue,
+            public,
+            common,
+        )
+        self.web_env = {
+            **env,
+            # Under ASGI, Django's advice: no persistent connections (each request's
+            # thread would keep its own). Workers are plain processes and keep theirs.
+            "COUNTERSIGN_DB_CONN_MAX_AGE": "0",
+            "COUNTERSIGN_BENCH": "1",
+            "COUNTERSIGN_BENCH_UPSTREAM": self.upstream_url,
+            "COUNTERSIGN_BENCH_READ_TOKEN": self.read_token,
+        }
+        self.worker_env = {
+            **env,
+            "COUNTERSIGN_WORKER_KEY_FILE": str(key_file),
+            "COUNTERSIGN_LOG_LEVEL": "INFO",  # the worker's " ready." line
+        }
+        self.key_file = key_file
+        self.start_web()
+        self.start_workers(self.args.workers)
+
+    def start_web(self) -> None:
+        n = self.args.web_workers
+        proc, self.url = start_web(self.web_env, self.work, name="web", workers=n)
+        self.web = self.stack.add(proc)
+        deadline = time.monotonic() + 60
+        while proc.log().count("Started server process") < n:
+            if time.monotonic() > deadline or not proc.alive():
+                raise RuntimeError(f"web workers did not start:\n{proc.log()[-3000:]}")
+            time.sleep(0.2)
+
+    def start_workers(self, count: int) -> None:
+        for proc in self.workers:
+            self.stack.stop(proc)
+        started = [
+            self.stack.add(
+                start_worker(self.worker_env, self.work, name=f"worker-{count}-{i}", wait=False)
+            )
+            for i in range(count)
+        ]
+        for proc in started:
+            wait_ready(proc, timeout=90)
+        self.workers = started
+
+    # data
+    def contacts(self, n: int) -> list[str]:
+        """Create ``n`` fresh contacts upstream (each plan that executes needs its own)."""
+        import httpx
+
+        ids = [f"c-{self.next_contact + i}" for i in range(n)]
+        self.next_contact += n
+        with httpx.Client(
+            base_url=self.upstream_url,
+            headers={"Authorization": f"Bearer {self.write_token}", "If-None-Match": "*"},
+            timeout=10,
+        ) as http:
+            for cid in ids:
+                http.put(
+                    f"/contacts/{cid}",
+                    json={
+                        "name": f"Bench {cid}",
+                        "email": f"{cid}@old.test",
+                        "workspace": "ws-blue",
+                    },
+                ).raise_for_status()
+        return ids
+
+    def load(self, job: dict, *, wait: bool = True):
+        job = {"url": self.url, "token": self.token, **job}
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "load.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        proc.stdin.write(json.dumps(job))
+        proc.stdin.close()
+        return self.finish(proc) if wait else proc
+
+    @staticmethod
+    def finish(proc: subprocess.Popen) -> dict:
+        out = proc.stdout.read()
+        err = proc.stderr.read()
+        if proc.wait() != 0:
+            raise RuntimeError(f"load generator failed:\n{err[-3000:]}")
+        return json.loads(out)
+
+    def prepare(self, n: int, tag: str) -> list[dict]:
+        """``n`` plans awaiting approval, one fresh contact each, submitted over HTTP."""
+        contacts = self.contacts(n)
+        return self.load({"mode": "prepare", "contacts": contacts, "tag": tag, "concurrency": 8})[
+            "plans"
+        ]
+
+    def take(self, n: int, tag: str) -> list[dict]:
+        """``n`` plans awaiting approval on contacts of their own: those B1 left first,
+        then fresh ones."""
+        taken = []
+        while self.pool and len(taken) < n:
+            taken.append(self.pool.pop(next(iter(self.pool))))
+        if len(taken) < n:
+            taken += self.prepare(n - len(taken), tag)
+        return taken
+
+    def upstream_log(self) -> list[dict]:
+        import httpx
+
+        return httpx.get(self.upstream_url + "/_demo/requests", timeout=60).json()
+
+    def db_connections(self) -> int:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> "
+                "pg_backend_pid()",
+                [self.db_name],
+            )
+            return cursor.fetchone()[0]
+
+    def web_reading(self):
+        return read_tree(self.web.proc.pid)
+
+    def worker_readings(self) -> list:
+        return [read_tree(p.proc.pid) for p in self.workers]
+
+
+def approve(plan: dict, reviewer, decision: str = "approve") -> float:
+    """Record the decision; returns the wall-clock time its transaction committed."""
+    from django.db import transaction
+
+    from approvals.services import approval_record
+
+    stamp: list[float] = []
+    with transaction.atomic():
+        # Registered before the service's own hooks, so it runs first: the commit time,
+        # before the wake-up is published.
+        transaction.on_commit(lambda: stamp.append(time.time()))
+        approval_record(
+            plan_id=plan["id"],
+            reviewer=reviewer,
+            decision=decision,
+            fingerprint_seen=plan["fingerprint"],
+        )
+    return stamp[0]
+
+
+def statuses(ids: list[str]) -> dict[str, str]:
+    from approvals.models import Plan
+
+    return {str(k): v for k, v in Plan.objects.filter(id__in=ids).values_list("id", "status")}
+
+
+def wait_settled(ids: list[str], timeout: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = statuses(ids)
+        if all(s in TERMINAL for s in found.values()) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def publishing_held():
+    """Approvals' wake-ups are collected instead of published (then sent in one go)."""
+    from executors import tasks
+
+    held: list[str] = []
+    original = tasks.publish
+    tasks.publish = lambda plan_id, countdown=None: held.append(plan_id)
+    try:
+        yield held
+    finally:
+        tasks.publish = original
+
+
+# --- B1 submit ------------------------------------------------------------------------------
+
+
+def b1_submit(d: Deployment, sizes: Sizes) -> dict:
+    contacts = d.contacts(sizes.b1_contacts)
+    offset = 0
+    half = sizes.b1_seconds / 2
+    runs: dict[str, list[dict]] = {"baseline": [], "submit": []}
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.5):
+            with contextlib.suppress(Exception):
+                samples.append(d.web_reading().rss_kb)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        # Alternate, so drift on a shared machine hits both alike.
+        for name, path in [
+            ("baseline", "/bench/baseline/plans"),
+            ("submit", "/api/v1/plans"),
+        ] * 2:
+            say(f"B1 {name} {half:g} s x{sizes.b1_concurrency}")
+            run = d.load(
+                {
+                    "mode": "submit",
+                    "path": path,
+                    "contacts": contacts,
+                    "offset": offset,
+                    "seconds": half,
+                    "concurrency": sizes.b1_concurrency,
+                    "tag": name[0],
+                    "warmup": 1.0,
+                }
+            )
+            runs[name].append(run)
+            if name == "submit":
+                offset = run["next"]
+                for plan in run.pop("plans"):
+                    d.pool.setdefault(plan["contact"], plan)
+    finally:
+        stop.set()
+        sampler.join()
+    out = {"concurrency": sizes.b1_concurrency, "seconds": sizes.b1_seconds}
+    for name, parts in runs.items():
+        latencies = [x for p in parts for x in p["latencies"]]
+        count = sum(p["count"] for p in parts)
+        elapsed = sum(p["elapsed"] for p in parts)
+        errors: dict[str, int] = {}
+        for p in parts:
+            for k, v in p["errors"].items():
+                errors[k] = errors.get(k, 0) + v
+        out[name] = {
+            "count": count,
+            "per_second": count / elapsed if elapsed else 0.0,
+            "errors": errors,
+            "latency_ms": summary(latencies),
+        }
+    out["ratio"] = out["submit"]["per_second"] / max(out["baseline"]["per_second"], 1e-9)
+    out["web_rss_peak_kb"] = max(samples, default=0)
+    return out
+
+
+# --- B2 decision to effect ------------------------------------------------------------------
+
+
+def b2_decision_to_effect(d: Deployment, sizes: Sizes) -> dict:
+    import httpx
+
+    plans = d.take(sizes.b2_plans, "d")
+    log_start = len(d.upstream_log())
+    committed: dict[str, float] = {}
+    say(f"B2 approving {len(plans)} plans, one every {sizes.b2_gap:g} s")
+    for plan in plans:
+        committed[plan["id"]] = approve(plan, d.reviewer)
+        time.sleep(sizes.b2_gap)
+    found = wait_settled([p["id"] for p in plans], 60)
+    received: dict[str, float] = {}
+    for entry in d.upstream_log()[log_start:]:
+        if entry["method"] == "PATCH":
+            received.setdefault(entry["path"].rsplit("/", 1)[1], entry["at"])
+    from approvals.models import Plan
+
+    claimed = {
+        str(k): v.timestamp()
+        for k, v in Plan.objects.filter(id__in=list(committed)).values_list("id", "claimed_at")
+        if v is not None
+    }
+    total, to_claim, claim_to_write = [], [], []
+    for plan in plans:
+        at = received.get(plan["contact"])
+        if at is None:
+            continue
+        total.append((at - committed[plan["id"]]) * 1000)
+        if plan["id"] in claimed:
+            to_claim.append((claimed[plan["id"]] - committed[plan["id"]]) * 1000)
+            claim_to_write.append((at - claimed[plan["id"]]) * 1000)
+
+    # The floor: the executor's unavoidable upstream work (re-read, then the conditional
+    # write) done directly over a fresh connection, as the executor opens one.
+    # (A new connection each time, as the executor opens one; the TLS context, which
+    # httpx would otherwise build per client, is made once, as the executor does.)
+    tls = ssl.create_default_context()
+    floor = []
+    for cid in d.contacts(min(50, sizes.b2_plans)):
+        began = time.perf_counter()
+        with httpx.Client(
+            base_url=d.upstream_url,
+            headers={"Authorization": f"Bearer {d.write_token}"},
+            verify=tls,
+        ) as http:
+            etag = http.get(f"/contacts/{cid}").headers["ETag"]
+            http.patch(
+                f"/contacts/{cid}",
+                json={"email": f"{cid}@floor.test"},
+                headers={"If-Match": etag, "Content-Type": "application/merge-patch+json"},
+            ).raise_for_status()
+        floor.append((time.perf_counter() - began) * 1000)
+    result = {
+        "plans": len(plans),
+        "executed": len(total),
+        "statuses": _count(found.values()),
+        "latency_ms": summary(total),
+        "commit_to_claim_ms": summary(to_claim),
+        "claim_to_write_ms": summary(claim_to_write),
+        "floor_ms": summary(floor),
+        "latencies": total,
+    }
+    result["ratio"] = result["latency_ms"]["p50"] / max(result["floor_ms"]["p50"], 1e-9)
+    return result
+
+
+def _count(values) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+# --- B3 executor throughput -----------------------------------------------------------------
+
+
+def b3_throughput(d: Deployment, sizes: Sizes) -> dict:
+    from approvals.models import Plan
+    from executors.tasks import publish
+
+    runs = []
+    peak_worker_rss: list[int] = []
+    for count in sizes.b3_workers:
+        say(f"B3 {count} worker process(es)")
+        d.start_workers(count)
+        plans = d.take(sizes.b3_plans, f"t{count}")
+        ids = [p["id"] for p in plans]
+        with publishing_held() as held:
+            for plan in plans:
+                approve(plan, d.reviewer)
+        samples: list[list[int]] = []
+        began = time.time()
+        for plan_id in held:
+            publish(plan_id)
+        while True:
+            with contextlib.suppress(Exception):
+                samples.append([r.rss_kb for r in d.worker_readings()])
+            found = statuses(ids)
+            if all(s in TERMINAL for s in found.values()) or time.time() - began > 300:
+                break
+            time.sleep(0.2)
+        finished = [
+            v.timestamp()
+            for v in Plan.objects.filter(id__in=ids).values_list("finished_at", flat=True)
+            if v is not None
+        ]
+        elapsed = max(finished) - began if finished else float("nan")
+        per_worker_peak = max((max(s) for s in samples if s), default=0)
+        peak_worker_rss.append(per_worker_peak)
+        runs.append(
+            {
+                "workers": count,
+                "plans": len(ids),
+                "statuses": _count(found.values()),
+                "seconds": elapsed,
+                "per_second": len(finished) / elapsed if finished else 0.0,
+            }
+        )
+    base = runs[0]["per_second"] or 1e-9
+    for run in runs:
+        run["ratio"] = run["per_second"] / base
+    d.start_workers(d.args.workers)
+    return {"runs": runs, "worker_rss_peak_kb": max(peak_worker_rss, default=0)}
+
+
+# --- B4 history ---------------------------------------------------------------------------
+
+
+def _seed(total: int, events_per_plan: int) -> int:
+    """Bring the plan table to ``total`` rows of settled history (bench/seed.py: COPY);
+    returns the rows added."""
+    from approvals.models import Plan
+    from bench.seed import seed_plans
+
+    have = Plan.objects.count()
+    if total <= have:
+        return 0
+    step = max(100_000, (total - have) // 10)
+
+    def progress(done: int) -> None:
+        if done % step < 20_000:
+            say(f"  seeded {done:,} of {total - have:,}")
+
+    seed_plans(total - have, events_per_plan=events_per_plan, progress=progress)
+    return total - have
+
+
+def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) -> dict:
+    from django.conf import settings
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from approvals.models import AuditEvent, Plan
+
+    queue = d.prepare(sizes.b4_queue, "q")
+    plan_id = queue[len(queue) // 2]["id"]
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(d.reviewer)
+    cookie = {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value}
+    pages = {
+        "queue page": ("/plans/", {}),
+        "plan page": (f"/plans/{plan_id}/", {}),
+        "GET /api/v1/plans/{id}": (
+            f"/api/v1/plans/{plan_id}",
+            {"HTTP_AUTHORIZATION": f"Bearer {d.token}"},
+        ),
+    }
+
+    def measure(size: int) -> dict:
+        added = _seed(size, events_per_plan)
+        with connection.cursor() as cursor:
+            for model in (Plan, AuditEvent):
+                cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
+        out = {"plans": Plan.objects.count(), "seeded": added, "pages": {}}
+        for name, (path, headers) in pages.items():
+            client.get(path, **headers)  # warm
+            with CaptureQueriesContext(connection) as ctx:
+                response = client.get(path, **headers)
+            assert response.status_code == 200, (path, response.status_code)
+            out["pages"][name] = {"queries": len(ctx.captured_queries)}
+        for name, (path, headers) in pages.items():
+            job = {
+                "mode": "get",
+                "paths": [path],
+                "repeat": sizes.b4_repeat,
+                "warmup": 3,
+                "cookies": cookie if not headers else {},
+                "headers": {"Authorization": headers["HTTP_AUTHORIZATION"]} if headers else {},
+            }
+            out["pages"][name]["latency_ms"] = summary(d.load(job)["latencies"][path])
+        return out
+
+    small_target = 1000
+    say(f"B4 with {small_target} plans")
+    small = measure(small_target)
+    say(f"B4 seeding to {history} plans")
+    began = time.monotonic()
+    large = measure(history)
+    large["seed_seconds"] = time.monotonic() - began
+    ratios = {
+        name: large["pages"][name]["latency_ms"]["p50"] / small["pages"][name]["latency_ms"]["p50"]
+        for name in pages
+    }
+    return {
+        "small": small,
+        "large": large,
+        "ratio": ratios,
+        "seeded_events_per_plan": events_per_plan,
+    }
+
+
+# --- B5 waiting agents --------------------------------------------------------------------
+
+
+def b5_waiting(d: Deployment, sizes: Sizes) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    def deny_all(plans: list[dict], threads: int, gap: float = 0.0) -> dict[str, float]:
+        committed: dict[str, float] = {}
+
+        def lane(chunk: list[dict]) -> None:
+            try:
+                for plan in chunk:
+                    committed[plan["id"]] = approve(plan, d.reviewer, "deny")
+                    if gap:
+                        time.sleep(gap)
+            finally:
+                connections.close_all()
+
+        # Each lane denies in the order the waits were sent (the oldest wait first).
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lane, [plans[i::threads] for i in range(threads)]))
+        return committed
+
+    def waiters(plans: list[dict], measure_idle: bool, threads: int, gap: float) -> dict:
+        ready = d.work / f"ready-{uuid.uuid4().hex}"
+        before = d.web_reading()
+        conns_before = d.db_connections()
+        # Idle CPU without waiters, for comparison.
+        idle0 = d.web_reading()
+        time.sleep(sizes.b5_idle if measure_idle else 0)
+        idle1 = d.web_reading()
+        proc = d.load(
+            {
+                "mode": "wait",
+                "plan_ids": [p["id"] for p in plans],
+                "wait": 30,
+                "ready_file": str(ready),
+            },
+            wait=False,
+        )
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("waiters did not start: " + proc.stderr.read()[-2000:])
+            time.sleep(0.05)
+        out: dict = {"waiters": len(plans)}
+        if measure_idle:
+            # Until the web processes have taken every wait in (their CPU settles), at
+            # most a few seconds: the waits must not time out before the plans settle.
+            settle = time.monotonic() + 6
+            last = d.web_reading()
+            while time.monotonic() < settle:
+                time.sleep(0.5)
+                now_reading = d.web_reading()
+                busy = (now_reading.cpu_seconds - last.cpu_seconds) / 0.5
+                last = now_reading
+                if busy < 0.1:
+                    break
+            w0 = d.web_reading()
+            conns = [d.db_connections()]
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < sizes.b5_idle:
+                time.sleep(0.5)
+                conns.append(d.db_connections())
+            w1 = d.web_reading()
+            out.update(
+                rss_before_kb=before.rss_kb,
+                rss_waiting_kb=w1.rss_kb,
+                extra_rss_kb=w1.rss_kb - before.rss_kb,
+                threads_before=before.threads,
+                threads_waiting=w1.threads,
+                db_connections_before=conns_before,
+                db_connections_waiting=max(conns),
+                cpu_idle_percent=(idle1.cpu_seconds - idle0.cpu_seconds) / sizes.b5_idle * 100,
+                cpu_waiting_percent=(w1.cpu_seconds - w0.cpu_seconds)
+                / (time.monotonic() - t0)
+                * 100,
+                web_processes=w1.processes,
+            )
+        committed = deny_all(plans, threads, gap)
+        results = d.finish(proc)["results"]
+        if committed:
+            span = max(committed.values()) - min(committed.values())
+            out["settle_seconds"] = span
+            out["settled_per_second"] = len(committed) / span if span else float("nan")
+        wake = [
+            (r["received"] - committed[r["id"]]) * 1000
+            for r in results
+            if r["status"] == "denied" and r["id"] in committed
+        ]
+        out["woken"] = len(wake)
+        out["not_woken"] = len(results) - len(wake)
+        out["answers"] = _count(f"{r['http']} {r['status']}" for r in results)
+        out["asked_again"] = sum(1 for r in results if r.get("rounds", 1) > 1)
+        out["wake_ms"] = summary(wake)
+        out["wakes"] = wake
+        return out
+
+    say(f"B5 {sizes.b5_few} waiters, settled one at a time (baseline)")
+    few = waiters(d.take(sizes.b5_few, "w"), False, 1, 0.2)
+    say(f"B5 {sizes.b5_waiters} waiters")
+    many = waiters(d.take(sizes.b5_waiters, "W"), True, 8, 0.0)
+    return {
+        "few": few,
+        "many": many,
+        "ratio": many["wake_ms"]["p50"] / max(few["wake_ms"]["p50"], 1e-9),
+    }
+
+
+# --- B6 footprint -------------------------------------------------------------------------
+
+
+def footprint(d: Deployment) -> dict:
+    web = d.web_reading()
+    workers = d.worker_readings()
+    return {
+        "web_rss_kb": web.rss_kb,
+        "web_processes": web.processes,
+        "web_threads": web.threads,
+        "worker_rss_kb": [r.rss_kb for r in workers],
+        "worker_processes": [r.processes for r in workers],
+    }
+
+
+# --- profiles (where the time goes, in this process) -----------------------------------------
+
+
+def profiles(d: Deployment, sizes: Sizes, out_dir: Path) -> dict:
+    """cProfile of the submit service and of one execution, run in this process over the
+    same database and upstream: the web and worker code paths without HTTP or Celery."""
+    from django.conf import settings
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from approvals.services import plan_submit
+    from executors.services import execution_run
+
+    files: dict = {}
+    # Queries of one submission and one execution (the profiles below time many).
+    cid = d.contacts(1)[0]
+    with CaptureQueriesContext(connection) as ctx:
+        plan, _ = plan_submit(
+            agent=d.agent,
+            action_name="update_contact_email",
+            input={"contact_id": cid, "email": "count@bench.test"},
+            reason="bench profile",
+        )
+    counted = {"submit": len(ctx.captured_queries)}
+    one = {"id": str(plan.id), "fingerprint": plan.fingerprint}
+    with publishing_held():
+        approve(one, d.reviewer)
+    settings.COUNTERSIGN_WORKER_KEY_FILE = str(d.key_file)
+    try:
+        with CaptureQueriesContext(connection) as ctx:
+            execution_run(plan_id=one["id"])
+    finally:
+        settings.COUNTERSIGN_WORKER_KEY_FILE = ""
+    counted["execute"] = len(ctx.captured_queries)
+    files["queries"] = counted
+
+    contacts = d.contacts(sizes.profile_calls)
+    profiler = cProfile.Profile()
+    plans = []
+    profiler.enable()
+    for i, cid in enumerate(contacts):
+        plan, _ = plan_submit(
+            agent=d.agent,
+            action_name="update_contact_email",
+            input={"contact_id": cid, "email": f"prof{i}@bench.test"},
+            reason="bench profile",
+        )
+        plans.append({"id": str(plan.id), "fingerprint": plan.fingerprint})
+    profiler.disable()
+    files["submit"] = _dump(profiler, out_dir / "profile-submit.txt", len(plans), "plan_submit")
+
+    with publishing_held():
+        for plan in plans:
+            approve(plan, d.reviewer)
+    settings.COUNTERSIGN_WORKER_KEY_FILE = str(d.key_file)
+    try:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for plan in plans:
+            execution_run(plan_id=plan["id"])
+        profiler.disable()
+    finally:
+        settings.COUNTERSIGN_WORKER_KEY_FILE = ""
+    files["execute"] = _dump(profiler, out_dir / "profile-execute.txt", len(plans), "execution_run")
+    return files
+
+
+def _dump(profiler: cProfile.Profile, path: Path, calls: int, what: str) -> str:
+    buffer = io.StringIO()
+    stats = pstats.Stats(profiler, stream=buffer)
+    stats.strip_dirs().sort_stats("cumulative").print_stats(35)
+    text = buffer.getvalue()
+    # Keep the table; drop the preamble with local paths.
+    text = text[text.find("   ncalls") :] if "   ncalls" in text else text
+    path.write_text(
+        f"cProfile of {calls} calls of {what} (make bench), sorted by cumulative time.\n"
+        f"Times are for all {calls} calls together.\n\n{text}"
+    )
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (smaller sizes)")
+    parser.add_argument("--web-workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=None,
+        help="plans for the large B4 run (env BENCH_HISTORY; default 1,000,000, quick 20,000)",
+    )
+    parser.add_argument(
+        "--seed-events",
+        type=int,
+        default=0,
+        help="audit events per seeded plan in B4 (bench/seed.py). The pages B4 measures "
+        "read a plan's events by index, so the default 0 keeps seeding fast; 2 is closer "
+        "to real history and about three times as slow to seed",
+    )
+    parser.add_argument(
+        "--only", default="", help="comma-separated scenarios, e.g. B1,B4 (default: all)"
+    )
+    parser.add_argument(
+        "--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+    )
+    parser.add_argument("--results", default=str(ROOT / "docs" / "benchmarks" / "results.json"))
+    parser.add_argument("--no-report", action="store_true")
+    args = parser.parse_args(argv)
+    # SIGTERM (timeout, a CI cancel) unwinds like Ctrl-C: every process started here is
+    # stopped and the scratch database dropped by the finally blocks below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sizes = QUICK if args.quick else Sizes()
+    history = args.history or int(
+        os.environ.get("BENCH_HISTORY") or (20_000 if args.quick else 1_000_000)
+    )
+    only = {s.strip().upper() for s in args.only.split(",") if s.strip()}
+    args.queue = f"countersign-bench-{os.getpid()}"
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+
+    base_url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/countersign"
+    scratch_url, scratch_name = scratch_database(base_url, "bench")
+    os.environ.update(
+        DATABASE_URL=scratch_url,
+        COUNTERSIGN_ENV="test",
+        CELERY_BROKER_URL=args.redis_url,
+        REDIS_URL=args.redis_url,
+        COUNTERSIGN_QUEUE=args.queue,
+        COUNTERSIGN_RATE_LIMIT="1000000/minute",
+        COUNTERSIGN_DB_CONN_MAX_AGE="60",
+        COUNTERSIGN_LOG_LEVEL="WARNING",
+        COUNTERSIGN_NOTIFY_CHANNEL=f"countersign-bench-{os.getpid()}:plans",
+        DJANGO_SETTINGS_MODULE="config.settings",
+    )
+    os.environ.pop("COUNTERSIGN_WORKER_KEY_FILE", None)
+    work = Path(tempfile.mkdtemp(prefix="countersign-bench-"))
+    out_dir = Path(args.results).parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    results: dict = {
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": args.quick,
+        "machine": machine_facts(),
+        "config": {
+            "web_workers": args.web_workers,
+            "celery_workers": args.workers,
+            "history": history,
+            "sizes": asdict(sizes),
+        },
+    }
+    ok = False
+    try:
+        import django
+
+        django.setup()
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_version")
+            results["machine"]["postgresql"] = cursor.fetchone()[0]
+        import redis
+
+        results["machine"]["redis"] = redis.Redis.from_url(args.redis_url).info()["redis_version"]
+        say(f"scratch database {scratch_name}, logs in {work}")
+        with Stack() as stack:
+            d = Deployment(stack, work, args, sizes)
+            d.setup()
+            time.sleep(1.0)
+            results["B6"] = {"rest": footprint(d)}
+            say(f"up: web {d.url} ({args.web_workers} workers), {args.workers} Celery workers")
+            scenarios = [
+                ("B4", lambda: b4_history(d, sizes, history, args.seed_events)),
+                ("B1", lambda: b1_submit(d, sizes)),
+                ("B2", lambda: b2_decision_to_effect(d, sizes)),
+                ("B3", lambda: b3_throughput(d, sizes)),
+                ("B5", lambda: b5_waiting(d, sizes)),
+            ]
+            for name, run in scenarios:
+                if only and name not in only:
+                    continue
+                t0 = time.monotonic()
+                results[name] = run()
+                results[name]["wall_seconds"] = time.monotonic() - t0
+                say(f"{name} done in {results[name]['wall_seconds']:.0f} s")
+                _save(args.results, results)
+            results["B6"]["after"] = footprint(d)
+            if "B1" in results:
+                results["B6"]["web_rss_peak_kb"] = results["B1"]["web_rss_peak_kb"]
+            if "B3" in results:
+                results["B6"]["worker_rss_peak_kb"] = results["B3"]["worker_rss_peak_kb"]
+            if not only or "PROFILE" in only:
+                say("profiles (cProfile, in this process)")
+                found = profiles(d, sizes, out_dir)
+                results["queries_per_call"] = found.pop("queries")
+                results["profiles"] = found
+        results["seconds"] = time.monotonic() - began
+        _save(args.results, results)
+        ok = True
+    finally:
+        with contextlib.suppress(Exception):
+            from django.db import connections
+
+            connections.close_all()
+        drop_database(base_url, scratch_name)
+        with contextlib.suppress(Exception):
+            import redis
+
+            redis.Redis.from_url(args.redis_url).delete(args.queue)
+    if ok and not args.no_report:
+        from bench.report import write_report
+
+        write_report(Path(args.results))
+    if ok:
+        shutil.rmtree(work, ignore_errors=True)  # logs and the run's throwaway worker key
+        say(f"done in {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def _save(path: str, results: dict) -> None:
+    Path(path).write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
