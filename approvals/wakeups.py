@@ -157,6 +157,7 @@ class Watcher:
         self.waiters: dict[str, set[Waiter]] = {}
         self.pushing = False  # subscribed: changes arrive as messages
         self.subscriptions = 0  # how many times the subscription came up (for tests)
+        self.losses = 0  # how many times a live subscription was lost (for tests)
         self.checks = 0  # batched status reads (for tests)
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()  # a waiter arrived (ends an idle linger early)
@@ -309,6 +310,7 @@ class Watcher:
             raise
         except Exception as exc:  # noqa: BLE001 — connection refused, dropped, timed out
             if subscribed:
+                self.losses += 1
                 log.warning("plan notifications lost (%s); long-polls read the DB meanwhile", exc)
             else:
                 log.debug("plan notifications unavailable: %s", exc)
