@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import json
 import logging
 import uuid
@@ -28,9 +27,7 @@ from datetime import datetime
 from typing import Any
 
 import mcp.types as types
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connections
 from django.http.request import split_domain_port, validate_host
 from django.utils import formats, timezone, translation
 from django.utils.dateparse import parse_datetime
@@ -61,7 +58,7 @@ from .ratelimit import rate_limit_check
 from .schemas import PlanCreate, PlanOut
 from .selectors import actions_for_agent, plan_for_agent
 from .services import plan_cancel, plan_submit
-from .wakeups import wait_for_change
+from .wakeups import db_call, wait_for_change
 
 log = logging.getLogger(__name__)
 
@@ -120,23 +117,10 @@ class InvalidRequest(CountersignError):
 # --- plumbing -----------------------------------------------------------------------
 
 
-def _db(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``fn`` in a worker thread, on a connection of its own that it closes.
-
-    Not thread-sensitive: a preview may wait seconds on the upstream, and one slow call
-    must not queue every other MCP call behind it. No request signals fire here, and a
-    pool thread's connection would outlive any CONN_MAX_AGE check, so each call closes
-    what it opened (Django advises against persistent connections under ASGI anyway).
-    """
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            connections.close_all()
-
-    return sync_to_async(run, thread_sensitive=False)
+# Run a synchronous call in a pool thread, on a connection of its own that it closes:
+# not thread-sensitive, so one slow preview does not queue every other MCP call behind
+# it, and a pool thread's connection does not outlive the call (see wakeups.db_call).
+_db = db_call
 
 
 def _json(value: Any) -> Any:

@@ -24,6 +24,11 @@ BUDGET_B4_RATIO = 1.3
 BUDGET_B5_P50_MS = 50.0
 
 
+def percentiles(label: str, stats: dict) -> list[str]:
+    """A table row: the label, then p50, p90, p99 and max of ``stats``."""
+    return [label, *(fmt(stats[k]) for k in ("p50", "p90", "p99", "max"))]
+
+
 def fmt(value, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -403,34 +408,14 @@ re-read and the conditional write — done directly over a fresh connection.
                 table(
                     ["", "p50 ms", "p90 ms", "p99 ms", "max ms"],
                     [
-                        [
-                            "commit → upstream receives the write",
-                            fmt(b2["latency_ms"]["p50"]),
-                            fmt(b2["latency_ms"]["p90"]),
-                            fmt(b2["latency_ms"]["p99"]),
-                            fmt(b2["latency_ms"]["max"]),
-                        ],
-                        [
-                            "… commit → a worker claims the plan",
-                            fmt(b2["commit_to_claim_ms"]["p50"]),
-                            fmt(b2["commit_to_claim_ms"]["p90"]),
-                            fmt(b2["commit_to_claim_ms"]["p99"]),
-                            fmt(b2["commit_to_claim_ms"]["max"]),
-                        ],
-                        [
-                            "… claim → upstream receives the write",
-                            fmt(b2["claim_to_write_ms"]["p50"]),
-                            fmt(b2["claim_to_write_ms"]["p90"]),
-                            fmt(b2["claim_to_write_ms"]["p99"]),
-                            fmt(b2["claim_to_write_ms"]["max"]),
-                        ],
-                        [
-                            "floor: GET + PATCH directly",
-                            fmt(b2["floor_ms"]["p50"]),
-                            fmt(b2["floor_ms"]["p90"]),
-                            fmt(b2["floor_ms"]["p99"]),
-                            fmt(b2["floor_ms"]["max"]),
-                        ],
+                        percentiles("commit → upstream receives the write", b2["latency_ms"]),
+                        percentiles(
+                            "… commit → a worker claims the plan", b2["commit_to_claim_ms"]
+                        ),
+                        percentiles(
+                            "… claim → upstream receives the write", b2["claim_to_write_ms"]
+                        ),
+                        percentiles("floor: GET + PATCH directly", b2["floor_ms"]),
                     ],
                 )
             }
