@@ -6,28 +6,15 @@ process's log nor any database column holds a secret or an access token."""
 from __future__ import annotations
 
 import pytest
-from django.utils import timezone
 
-from actions.models import Connector, Credential
-from actions.services import credential_set
-from tests.conftest import OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET, secrets_in
-from tests.security.test_canary_db import secret_hits
+from tests.conftest import secrets_in
+from tests.security.test_canary_db import secret_hits, use_oauth2_credentials
 
 pytestmark = pytest.mark.e2e
 
 
 def test_live_logs_and_columns_hold_no_secret(agent_api, rita, upstream, live):
-    connector = Connector.objects.get(name="demo")
-    Credential.objects.update(revoked_at=timezone.now())
-    for role in ("read", "write"):
-        credential_set(
-            connector=connector,
-            role=role,
-            secret={"client_id": OAUTH_CLIENT_ID, "client_secret": OAUTH_CLIENT_SECRET},
-            scheme=Credential.Scheme.OAUTH2,
-            token_url="/oauth/token",
-            scope=role,
-        )
+    use_oauth2_credentials()
 
     plan = agent_api.propose(email="ada.live@new.example")
     rita.decide(plan["id"], "approve")

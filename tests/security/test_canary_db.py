@@ -62,6 +62,22 @@ def text_columns() -> list[tuple[str, str, str]]:
         return cursor.fetchall()
 
 
+def use_oauth2_credentials(*, write_client_auth: str = "basic") -> None:
+    """Revoke the demo connector's credentials; store OAuth2 read and write ones instead."""
+    connector = Connector.objects.get(name="demo")
+    Credential.objects.update(revoked_at=timezone.now())
+    for role in ("read", "write"):
+        credential_set(
+            connector=connector,
+            role=role,
+            secret={"client_id": OAUTH_CLIENT_ID, "client_secret": OAUTH_CLIENT_SECRET},
+            scheme=Credential.Scheme.OAUTH2,
+            token_url="/oauth/token",
+            scope=role,
+            client_auth=write_client_auth if role == "write" else "basic",
+        )
+
+
 def secret_hits(tokens=()) -> tuple[list[str], int]:
     """Where in the database a secret sits in clear; and how many columns were read."""
     hits: list[str] = []
@@ -156,18 +172,7 @@ def test_no_secret_reaches_any_column_of_any_table(
     )
 
     # --- OAuth2 client credentials, read and write ---------------------------------
-    connector = Connector.objects.get(name="demo")
-    Credential.objects.update(revoked_at=timezone.now())
-    for role in ("read", "write"):
-        credential_set(
-            connector=connector,
-            role=role,
-            secret={"client_id": OAUTH_CLIENT_ID, "client_secret": OAUTH_CLIENT_SECRET},
-            scheme=Credential.Scheme.OAUTH2,
-            token_url="/oauth/token",
-            scope=role,
-            client_auth="body" if role == "write" else "basic",
-        )
+    use_oauth2_credentials(write_client_auth="body")
     execute(submit(), PlanStatus.COMPLETED)
     upstream.revoke_tokens()  # 401 with the cached tokens: fetched again once
     execute(submit(), PlanStatus.COMPLETED)
