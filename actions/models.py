@@ -48,13 +48,22 @@ class Connector(models.Model):
         """The newest usable credential for a role (revoked and expired ones excluded)."""
         from django.utils import timezone
 
-        now = timezone.now()
-        return (
-            self.credentials.filter(role=role, revoked_at__isnull=True)
-            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-            .order_by("-created_at")
-            .first()
+        from .cache import cached, fresh
+
+        # The unrevoked ones, newest first, as of the catalog generation; expiry is a
+        # matter of time, so it is checked here, on every call.
+        candidates = cached(
+            "credentials",
+            (self.pk, role),
+            lambda: list(
+                self.credentials.filter(role=role, revoked_at__isnull=True).order_by("-created_at")
+            ),
         )
+        now = timezone.now()
+        for credential in candidates:
+            if credential.expires_at is None or credential.expires_at > now:
+                return fresh(credential)
+        return None
 
 
 class Credential(models.Model):
@@ -292,5 +301,34 @@ class VaultState(models.Model):
 
     @classmethod
     def is_locked(cls) -> bool:
-        """One indexed read; no row yet means never locked."""
-        return cls.objects.filter(id=cls.SINGLETON_ID, locked=True).exists()
+        """One primary-key read (plain SQL: it runs twice per execution); no row yet
+        means never locked. Never cached: the lock must stop the very next send."""
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT locked FROM {cls._meta.db_table} WHERE id = %s", [cls.SINGLETON_ID]
+            )
+            row = cursor.fetchone()
+        return bool(row and row[0])
+
+
+class CatalogState(models.Model):
+    """One row whose ``generation`` changes, by database trigger, on every write to a
+    table the hot paths look up (connectors, credentials, actions, agents but for their
+    last-use time, agents' actions and allow-lists, notification targets). Processes
+    keep those lookups in memory per generation (actions/cache.py)."""
+
+    SINGLETON_ID = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON_ID, editable=False)
+    generation = models.CharField(max_length=64)
+
+    class Meta:
+        verbose_name = "catalog state"
+        constraints = [
+            models.CheckConstraint(condition=Q(id=1), name="catalog_state_singleton"),
+        ]
+
+    def __str__(self) -> str:
+        return f"catalog generation {self.generation}"

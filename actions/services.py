@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from approvals.audit import audit_record
 
+from .cache import cached, fresh
 from .exceptions import NotFound
 from .models import Action, Agent, Connector, Credential, VaultState
 from .tokens import new_token, token_hash
@@ -63,18 +63,25 @@ def agent_authenticate(token: str) -> Agent | None:
     was last used."""
     if not token or len(token) > 200:
         return None
-    now = timezone.now()
-    agent = (
-        Agent.objects.filter(token_hash=token_hash(token), is_active=True, revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .first()
+    digest = token_hash(token)
+    known = cached(
+        "agent",
+        digest,
+        lambda: Agent.objects.filter(
+            token_hash=digest, is_active=True, revoked_at__isnull=True
+        ).first(),
+        keep_none=False,
     )
-    if agent is None:
+    now = timezone.now()
+    # Expiry is a matter of time, not of a change: checked on every request.
+    if known is None or (known.expires_at is not None and known.expires_at <= now):
         return None
-    # Narrow, throttled write: at most once a minute per agent.
-    if agent.last_used_at is None or (now - agent.last_used_at).total_seconds() > 60:
-        Agent.objects.filter(pk=agent.pk).update(last_used_at=now)
-    return agent
+    # Narrow, throttled write: at most once a minute per agent and process. It changes
+    # no cached column (actions/migrations/0006), so it keeps the generation.
+    if known.last_used_at is None or (now - known.last_used_at).total_seconds() > 60:
+        Agent.objects.filter(pk=known.pk).update(last_used_at=now)
+        known.last_used_at = now
+    return fresh(known)
 
 
 def credential_set(

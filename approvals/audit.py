@@ -41,11 +41,20 @@ def audit_record(
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit_record() must run inside the transaction it records")
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_AUDIT_LOCK_ID])
-    last = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first()
-    prev_hash = last or GENESIS
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # One round trip: the lock, then (a new statement, so a snapshot taken
+            # once the lock is held) the last hash.
+            cursor.execute(
+                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK_ID}); "
+                f"SELECT hash FROM {table} ORDER BY id DESC LIMIT 1"
+            )
+            cursor.nextset()
+        else:
+            cursor.execute(f"SELECT hash FROM {table} ORDER BY id DESC LIMIT 1")
+        row = cursor.fetchone()
+    prev_hash = row[0] if row else GENESIS
     at = timezone.now()
     data = data or {}
     fingerprint = plan.fingerprint if plan is not None else ""

@@ -12,6 +12,8 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 
+from actions.cache import cached, fresh
+from actions.cache import snapshot as catalog_snapshot
 from actions.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from actions.exceptions import (
     ActionChanged,
@@ -75,22 +77,26 @@ def plan_transition(
     source = plan.status
     if to not in TRANSITIONS.get(source, frozenset()):
         raise InvalidTransition(f"a plan cannot go from {source} to {to}")
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (two round trips saved on the hot
+    # paths): a lost race writes nothing and is raised only after the block, so a caller
+    # that catches it can go on using its transaction.
+    with transaction.atomic(savepoint=False):
         updated = Plan.objects.filter(id=plan.id, status=source).update(status=to, **fields)
-        if updated != 1:
-            # Another process got there first.
-            raise InvalidTransition(f"the plan is no longer {source}")
-        plan.status = to
-        for key, value in fields.items():
-            setattr(plan, key, value)
-        audit_record(
-            kind=event,
-            actor=actor,
-            plan=plan,
-            data={"from": source, "to": to, **(data or {})},
-        )
-        # Wake the plan's long-polls, wherever they wait, once this commits.
-        plan_changed(plan.id, to)
+        if updated == 1:
+            plan.status = to
+            for key, value in fields.items():
+                setattr(plan, key, value)
+            audit_record(
+                kind=event,
+                actor=actor,
+                plan=plan,
+                data={"from": source, "to": to, **(data or {})},
+            )
+            # Wake the plan's long-polls, wherever they wait, once this commits.
+            plan_changed(plan.id, to)
+    if updated != 1:
+        # Another process got there first.
+        raise InvalidTransition(f"the plan is no longer {source}")
     return plan
 
 
@@ -123,18 +129,28 @@ def _error_entries(error: SchemaValidationError) -> list[dict[str, str]]:
     return [{"pointer": base, "message": error.message}]
 
 
-def _resolve_action(agent: Agent, action_name: str) -> Action:
+def _load_action(agent_id, action_name: str) -> Action | None:
     # One query: the action, its connector, and whether this agent may propose it.
     action = (
         Action.objects.select_related("connector")
         .filter(name=action_name, enabled=True)
         .annotate(
             allowed=Exists(
-                Agent.actions.through.objects.filter(agent_id=agent.pk, action_id=OuterRef("pk"))
+                Agent.actions.through.objects.filter(agent_id=agent_id, action_id=OuterRef("pk"))
             )
         )
         .first()
     )
+    if action is not None:
+        action.spec  # noqa: B018 - parsed once, here, and kept with the cached action
+    return action
+
+
+def _resolve_action(agent: Agent, action_name: str) -> Action:
+    # Remembered per catalog generation (actions/cache.py): an edit applies at once.
+    action = cached("action", (agent.pk, action_name), lambda: _load_action(agent.pk, action_name))
+    if action is not None:
+        action = fresh(action)
     if action is None:
         raise UnknownAction(
             f"no enabled action named {action_name!r}",
@@ -200,7 +216,12 @@ def _refuse(agent: Agent, action: Action, exc: CountersignError, check: str) -> 
 
 
 def _check_allow_lists(agent: Agent, action: Action, values: dict[str, Any]) -> None:
-    for scope in AgentScope.objects.filter(agent=agent, action=action):
+    scopes = cached(
+        "allow_lists",
+        (agent.pk, action.pk),
+        lambda: list(AgentScope.objects.filter(agent=agent, action=action)),
+    )
+    for scope in scopes:
         if values.get(scope.field) not in scope.values:
             _refuse(
                 agent,
@@ -250,9 +271,14 @@ def plan_submit(
     """
     from executors.http import read_client
 
-    action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
-    # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
-    _check_allow_lists(agent, action, values)
+    from .tasks import notifications_wanted
+
+    with catalog_snapshot():
+        action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
+        # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
+        _check_allow_lists(agent, action, values)
+        client = read_client(action.connector)
+        notify = notifications_wanted()
     reason = normalize(reason or "")
     if len(reason) > MAX_REASON_CHARS:
         raise InvalidInput(
@@ -268,7 +294,7 @@ def plan_submit(
     try:
         spec = action.spec
         try:
-            with read_client(action.connector) as client:
+            with client:
                 preview = compute_preview(action, values, client)
         except TemplateError as exc:
             raise InvalidInput(errors=[{"pointer": "/input", "message": str(exc)}]) from None
@@ -349,7 +375,7 @@ def plan_submit(
                 IdempotencyRecord.objects.filter(pk=reservation.pk).update(plan=plan)
             if grant is not None:
                 grant_approve(plan=plan, grant=grant, now=now)
-            else:
+            elif notify:
                 from .tasks import notify_awaiting
 
                 notify_awaiting(plan.id)

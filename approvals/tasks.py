@@ -50,7 +50,19 @@ def _publish(task, args: tuple) -> None:
         log.warning("could not publish %s for %s", task.name, args, exc_info=True)
 
 
+def notifications_wanted() -> bool:
+    """Is any notification target enabled? With none there is no one to tell, and no
+    task is queued at all (remembered per catalog generation, which target edits
+    change)."""
+    from actions.cache import cached
+
+    from .models import NotificationTarget
+
+    return cached("notify", None, NotificationTarget.objects.filter(enabled=True).exists)
+
+
 def notify_awaiting(plan_id) -> None:
-    """Tell the reviewer groups about this plan once the surrounding transaction commits."""
+    """Tell the reviewer groups about this plan once the surrounding transaction commits
+    (callers ask ``notifications_wanted()`` first)."""
     plan_id = str(plan_id)
     transaction.on_commit(lambda: _publish(notify_plan_task, (plan_id,)))

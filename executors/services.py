@@ -25,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists
 from django.utils import timezone
 
 from actions.exceptions import InvalidTransition
@@ -70,6 +71,8 @@ VAULT_LOCKED = "the vault is locked"
 
 
 def _refusal_reason(plan: Plan, now) -> str | None:
+    """Why this plan must not be sent, from what the claim already read; the approvals
+    are checked last, by spending them (``_spend_approvals``)."""
     if VaultState.is_locked():
         return VAULT_LOCKED
     action = plan.action
@@ -84,14 +87,6 @@ def _refusal_reason(plan: Plan, now) -> str | None:
         return "the action's definition changed after the preview"
     if plan.target.get("base_url") != action.connector.base_url:
         return "the connector's address changed after the preview"
-    valid = plan.approvals.filter(
-        decision=Approval.Decision.APPROVE,
-        fingerprint=plan.fingerprint,
-        used_at__isnull=True,
-        expires_at__gt=now,
-    ).count()
-    if valid < plan.required_approvals:
-        return "no valid approval: missing, expired or already used"
     if plan.policy.get("mode") == "session_grant":
         # Revoking or outliving the grant stops every plan not claimed yet.
         from approvals.grants import grant_refusal_reason
@@ -99,17 +94,38 @@ def _refusal_reason(plan: Plan, now) -> str | None:
         grant_reason = grant_refusal_reason(plan, now)
         if grant_reason is not None:
             return grant_reason
-    if action.connector.credential(Credential.Role.WRITE) is None:
-        return "no usable write credential (missing, revoked or expired)"
     return None
+
+
+NO_VALID_APPROVAL = "no valid approval: missing, expired or already used"
+NO_WRITE_CREDENTIAL = "no usable write credential (missing, revoked or expired)"
+
+
+def _spend_approvals(plan: Plan, now) -> bool:
+    """Mark the plan's valid approvals used, if there are enough of them; one UPDATE
+    (and one more to undo it when there are too few). Runs under the plan's row lock."""
+    valid = plan.approvals.filter(
+        decision=Approval.Decision.APPROVE,
+        fingerprint=plan.fingerprint,
+        used_at__isnull=True,
+        expires_at__gt=now,
+    )
+    spent = valid.update(used_at=now)
+    if spent >= plan.required_approvals:
+        return True
+    if spent:
+        plan.approvals.filter(used_at=now).update(used_at=None)
+    return False
 
 
 def _claim(plan_id) -> Claim | None:
     now = timezone.now()
     with transaction.atomic():
+        # Only the plan's row is locked (see docs/benchmarks.md: locking the joined
+        # action row serialized every execution of an action and could deadlock).
         plan = (
             Plan.objects.select_for_update(of=("self",))
-            .select_related("action", "action__connector", "agent")
+            .select_related("action", "action__connector", "agent", "attempt")
             .filter(id=plan_id)
             .first()
         )
@@ -117,6 +133,13 @@ def _claim(plan_id) -> Claim | None:
             # A duplicate delivery, or work already done: nothing to do.
             return None
         reason = _refusal_reason(plan, now)
+        credential = None
+        if reason is None:
+            credential = plan.action.connector.credential(Credential.Role.WRITE)
+            if credential is None:
+                reason = NO_WRITE_CREDENTIAL
+            elif not _spend_approvals(plan, now):
+                reason = NO_VALID_APPROVAL
         if reason is not None:
             plan_transition(
                 plan,
@@ -128,18 +151,22 @@ def _claim(plan_id) -> Claim | None:
                 outcome_detail=f"refused before sending: {reason}",
             )
             return None
-        plan.approvals.filter(
-            decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint, used_at__isnull=True
-        ).update(used_at=now)
-        attempt, created = Attempt.objects.get_or_create(
-            plan=plan, defaults={"idempotency_key": uuid.uuid4().hex}
-        )
-        if not created and attempt.state != Attempt.State.NOT_SENT:
-            # Only an attempt that provably sent nothing may be picked up again.
-            raise RuntimeError(f"plan {plan.id} is approved but has a {attempt.state} attempt")
-        attempt.state = Attempt.State.PREPARED
-        attempt.tries += 1
-        attempt.save(update_fields=["state", "tries"])
+        try:
+            attempt = plan.attempt
+        except Attempt.DoesNotExist:
+            attempt = Attempt.objects.create(
+                plan=plan,
+                idempotency_key=uuid.uuid4().hex,
+                state=Attempt.State.PREPARED,
+                tries=1,
+            )
+        else:
+            if attempt.state != Attempt.State.NOT_SENT:
+                # Only an attempt that provably sent nothing may be picked up again.
+                raise RuntimeError(f"plan {plan.id} is approved but has a {attempt.state} attempt")
+            attempt.state = Attempt.State.PREPARED
+            attempt.tries += 1
+            attempt.save(update_fields=["state", "tries"])
         plan_transition(
             plan,
             to=PlanStatus.EXECUTING,
@@ -148,7 +175,6 @@ def _claim(plan_id) -> Claim | None:
             data={"attempt": str(attempt.id), "try": attempt.tries},
             claimed_at=now,
         )
-        credential = plan.action.connector.credential(Credential.Role.WRITE)
     return Claim(plan=plan, attempt=attempt, credential=credential)
 
 
@@ -172,7 +198,7 @@ def _finish(
         attempt.finished_at = now
         for key, value in attempt_fields.items():
             setattr(attempt, key, value)
-        attempt.save()
+        attempt.save(update_fields=["state", "finished_at", *attempt_fields])
         plan_transition(
             claim.plan,
             to=to,
@@ -395,14 +421,29 @@ def execution_run(*, plan_id) -> str:
     # Fencing: commit "sending" only if this worker still holds the claim. If the sweeper
     # presumed us dead and another worker re-claimed the plan, ``tries`` moved on and
     # this update matches nothing: we must not send.
+    # One UPDATE, its own transaction, made as late as it can be: it also records the
+    # first send, so the client is built before it.
+    client = WriteClient(plan.action.connector, auth)
     sent_at = timezone.now()
-    with transaction.atomic():
-        still_ours = Plan.objects.filter(
-            id=plan.id, status=PlanStatus.EXECUTING, claimed_at=plan.claimed_at
-        ).exists() and Attempt.objects.filter(
-            id=attempt.id, state=Attempt.State.PREPARED, tries=attempt.tries
-        ).update(state=Attempt.State.SENDING, sent_at=sent_at, request=recorded, revalidation=found)
+    still_ours = (
+        Attempt.objects.filter(id=attempt.id, state=Attempt.State.PREPARED, tries=attempt.tries)
+        .filter(
+            Exists(
+                Plan.objects.filter(
+                    id=plan.id, status=PlanStatus.EXECUTING, claimed_at=plan.claimed_at
+                )
+            )
+        )
+        .update(
+            state=Attempt.State.SENDING,
+            sent_at=sent_at,
+            request=recorded,
+            revalidation=found,
+            sends=1,
+        )
+    )
     if not still_ours:
+        client.close()
         log.warning("plan %s: claim lost before sending; not sending", plan.id)
         return "skipped:claim-lost"
     attempt.state, attempt.sent_at = Attempt.State.SENDING, sent_at
@@ -413,12 +454,13 @@ def execution_run(*, plan_id) -> str:
     retries_left = spec.write.max_retries
     sends = 0
     notes: list[str] = []
-    with WriteClient(plan.action.connector, auth) as client:
+    with client:
         while True:
             sends += 1
-            # Fenced like the "sending" commit: if the sweeper settled this attempt
-            # meanwhile (we were presumed dead), the row moved on and we must not send.
-            if not Attempt.objects.filter(
+            # Fenced like the "sending" commit (which counted the first send): if the
+            # sweeper settled this attempt meanwhile (we were presumed dead), the row
+            # moved on and we must not send.
+            if sends > 1 and not Attempt.objects.filter(
                 pk=attempt.pk, state=Attempt.State.SENDING, tries=attempt.tries
             ).update(sends=sends):
                 log.warning(

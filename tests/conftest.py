@@ -116,14 +116,17 @@ def upstream_server():
 @pytest.fixture
 def upstream(upstream_server):
     """The demo upstream, reset to its seed data for each test (its issued OAuth2 tokens
-    too, so this process's token cache starts empty as well)."""
+    too, so this process's token cache and pooled read clients start empty as well)."""
+    from executors.http import read_pool_clear
     from executors.oauth import forget_all
 
     upstream_server.reset()
     forget_all()
+    read_pool_clear()
     yield upstream_server
     upstream_server.clear_faults()
     forget_all()
+    read_pool_clear()
 
 
 @pytest.fixture

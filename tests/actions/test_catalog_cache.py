@@ -1,0 +1,176 @@
+"""The per-process catalog cache (actions/cache.py) and the pooled read clients
+(executors/http.py): a change applies on the very next lookup, however it was made."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import transaction
+from django.utils import timezone
+
+from actions.exceptions import UnknownAction
+from actions.models import Action, Agent, AgentScope, CatalogState, Connector, Credential
+from actions.services import credential_set
+from approvals.models import NotificationTarget
+from approvals.services import _resolve_action
+from executors.http import read_client
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTION = "update_contact_email"
+
+
+def generation() -> str:
+    return CatalogState.objects.get(pk=1).generation
+
+
+def submit(client, api_headers, n: int = 0):
+    body = {"action": ACTION, "input": {"contact_id": "c-1001", "email": f"a{n}@new.example"}}
+    return client.post("/api/v1/plans", body, content_type="application/json", **api_headers)
+
+
+def _new_target(agent):
+    NotificationTarget.objects.create(group=Group.objects.create(name="ops"), kind="email")
+
+
+# Every kind of write to every cached table, made behind the services' back.
+CHANGES = {
+    "connector updated": lambda agent: Connector.objects.update(read_timeout=9.0),
+    "credential revoked": lambda agent: Credential.objects.filter(role="read").update(
+        revoked_at=timezone.now()
+    ),
+    "credential deleted": lambda agent: Credential.objects.filter(role="read").delete(),
+    "action disabled": lambda agent: Action.objects.filter(name=ACTION).update(enabled=False),
+    "agent revoked": lambda agent: Agent.objects.filter(pk=agent.pk).update(
+        revoked_at=timezone.now()
+    ),
+    "agent saved": lambda agent: agent.save(),
+    "agent's actions cleared": lambda agent: agent.actions.clear(),
+    "allow-list added": lambda agent: AgentScope.objects.create(
+        agent=agent, action=Action.objects.get(name=ACTION), field="contact_id", values=["c-9"]
+    ),
+    "notification target added": _new_target,
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_every_write_to_a_cached_table_changes_the_generation(agent, change):
+    before = generation()
+    CHANGES[change](agent)
+    assert generation() != before
+
+
+def test_recording_an_agents_last_use_keeps_the_generation(agent):
+    before = generation()
+    Agent.objects.filter(pk=agent.pk).update(last_used_at=timezone.now())
+    assert generation() == before
+
+
+# (change, status of the next submission, error type) with this process's cache warm.
+NEXT_REQUEST = [
+    ("agent revoked", 401, None),
+    ("action disabled", 422, "unknown-action"),
+    ("agent's actions cleared", 403, "not-allowed"),
+    ("allow-list added", 403, "out-of-scope"),
+]
+
+
+@pytest.mark.parametrize(("change", "status", "kind"), NEXT_REQUEST)
+def test_a_change_applies_to_the_very_next_request(
+    client, api_headers, agent, upstream, settings, change, status, kind
+):
+    settings.COUNTERSIGN_RATE_LIMIT = ""
+    assert submit(client, api_headers, 1).status_code == 201
+    assert submit(client, api_headers, 2).status_code == 201  # served from memory
+    CHANGES[change](agent)
+    response = submit(client, api_headers, 3)
+    assert response.status_code == status, response.content
+    if kind:
+        assert kind in response.content.decode()
+
+
+def test_a_revoked_read_credential_is_not_presented_again(client, api_headers, upstream, settings):
+    settings.COUNTERSIGN_RATE_LIMIT = ""
+    assert submit(client, api_headers, 1).status_code == 201
+    Credential.objects.filter(role="read").update(revoked_at=timezone.now())
+    upstream.reset()
+    submit(client, api_headers, 2)
+    assert [e["headers"].get("authorization") for e in upstream.requests_log()] == [None]
+
+
+def test_the_read_client_is_pooled_per_connector_until_its_credential_changes(catalog):
+    connector = Connector.objects.get(name="demo")
+    with read_client(connector) as first:
+        pass
+    with read_client(connector) as again:
+        # Leaving ``with`` did not close it: the next caller reuses its connections.
+        assert again.get("/contacts/c-1001").status == 200
+    assert again is first
+    credential_set(connector=connector, role=Credential.Role.READ, secret={"token": "rotated"})
+    with read_client(connector) as rotated:
+        assert rotated is not first
+        assert rotated.get("/contacts/c-1001").status == 401
+
+
+def test_a_rolled_back_change_is_never_served(transactional_db, catalog, agent):
+    """Generations are random, not counted: a value seen inside a transaction that rolled
+    back is not the value of the next committed change."""
+    with transaction.atomic():
+        Action.objects.filter(name=ACTION).update(enabled=False)
+        with pytest.raises(UnknownAction):
+            _resolve_action(agent, ACTION)  # remembered under the uncommitted generation
+        transaction.set_rollback(True)
+    Connector.objects.update(read_timeout=9.0)  # a committed change, one write later
+    assert _resolve_action(agent, ACTION).name == ACTION
+
+
+def test_a_changed_setting_empties_the_cache(agent, settings):
+    action = _resolve_action(agent, ACTION)
+    assert action.spec.approval.plan_ttl == settings.COUNTERSIGN_PLAN_TTL_SECONDS
+    settings.COUNTERSIGN_PLAN_TTL_SECONDS = 77
+    assert _resolve_action(agent, ACTION).spec.approval.plan_ttl == 77
+
+
+PROBE = """
+import json, django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.utils import timezone
+from actions.models import Agent, CatalogState, Connector
+gen = lambda: CatalogState.objects.get(pk=1).generation
+seen = [gen()]
+connector = Connector.objects.create(name="c", base_url="http://127.0.0.1:9")
+seen.append(gen())
+agent = Agent.objects.create(name="a", token_prefix="p", token_hash="h" * 64)
+seen.append(gen())
+Agent.objects.filter(pk=agent.pk).update(last_used_at=timezone.now())
+kept = gen() == seen[-1]
+Agent.objects.filter(pk=agent.pk).update(revoked_at=timezone.now())
+seen.append(gen())
+connector.delete()
+seen.append(gen())
+print(json.dumps({"distinct": len(set(seen)), "kept": kept}))
+"""
+
+
+def test_the_embedded_database_has_the_same_triggers(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        COUNTERSIGN_ENV="test",
+        COUNTERSIGN_SECRET_KEY="probe-" + "x" * 50,
+        COUNTERSIGN_FERNET_KEYS=",".join(settings.COUNTERSIGN_FERNET_KEYS),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"distinct": 5, "kept": True}
