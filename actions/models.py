@@ -196,6 +196,23 @@ class Action(models.Model):
         return digest(self.definition) == self.digest
 
 
+def action_by_id(action_id: int) -> Action:
+    """An action with its connector, from the catalog cache (actions/cache.py); a copy
+    the caller may modify. Raises Action.DoesNotExist."""
+    from .cache import cached, fresh
+
+    def load() -> Action | None:
+        action = Action.objects.select_related("connector").filter(pk=action_id).first()
+        if action is not None:
+            action.spec  # noqa: B018 - parsed once and kept with the cached action
+        return action
+
+    action = cached("action_by_id", action_id, load)
+    if action is None:
+        raise Action.DoesNotExist(f"no action {action_id}")
+    return fresh(action)
+
+
 class ActionVersion(models.Model):
     """One definition an action had, kept so reviewers and auditors can see what changed."""
 

@@ -421,6 +421,12 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Celery's Django fix-up closes every database connection before and after each task
+# unless this is set: a new PostgreSQL connection (5-13 ms measured) for every
+# execution. Set, Celery closes them only every 2 x N tasks, and config/celery.py
+# applies Django's own rule around each task instead (CONN_MAX_AGE, health checks,
+# a connection that errored is dropped).
+CELERY_DB_REUSE_MAX = 1000
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "executors.sweep", "schedule": COUNTERSIGN_SWEEP_SECONDS},
 }
