@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -104,6 +105,15 @@ def fresh[T](instance: T) -> T:
     """A copy of a cached model instance that a caller may modify (Django copies the
     instance's state and its cache of related objects too)."""
     return copy.copy(instance)
+
+
+def _after_fork_in_child() -> None:
+    # A lock held by another thread at fork time would stay held in the child.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @receiver(setting_changed)

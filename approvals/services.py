@@ -549,6 +549,12 @@ def approval_record(
                     },
                 )
                 if approvals >= plan.required_approvals:
+                    from executors.tasks import enqueue_execution
+
+                    # Registered first, so the worker's wake-up leaves at commit ahead of
+                    # the long-polls' (both run on commit, in this order; neither if the
+                    # transition below fails and the transaction rolls back).
+                    enqueue_execution(plan.id)
                     plan_transition(
                         plan,
                         to=PlanStatus.APPROVED,
@@ -557,9 +563,6 @@ def approval_record(
                         decided_at=now,
                         enqueued_at=now,
                     )
-                    from executors.tasks import enqueue_execution
-
-                    enqueue_execution(plan.id)
     if failure is not None:
         raise failure
     return plan

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import cache
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -144,9 +145,14 @@ class _Client:
             pool=min(connector.connect_timeout, settings.COUNTERSIGN_HTTP_CONNECT_TIMEOUT),
         )
         # trust_env=False: no proxy or netrc from the environment may redirect traffic
-        # or add credentials behind our back.
+        # or add credentials behind our back. No cookies are kept: a cookie an upstream
+        # sets must not ride along on a later request (a pooled read client serves many).
         self._http = httpx.Client(
-            timeout=timeout, follow_redirects=False, trust_env=False, verify=_tls_context()
+            timeout=timeout,
+            follow_redirects=False,
+            trust_env=False,
+            verify=_tls_context(),
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         )
 
     def close(self) -> None:
@@ -255,7 +261,8 @@ _read_pool_lock = threading.Lock()
 
 class _PooledReadOnlyClient(ReadOnlyClient):
     """A pooled client: ``close()`` (and leaving a ``with``) keeps it open for the next
-    caller; it is closed when its entry is replaced or the pool is cleared."""
+    caller. Replaced, it is dropped and its connections close once it is collected;
+    ``read_pool_clear()`` closes them at once."""
 
     def close(self) -> None:
         pass
@@ -319,7 +326,7 @@ os.register_at_fork(after_in_child=_forget_read_pool_after_fork)
 
 
 def read_pool_clear() -> None:
-    """Close and forget every pooled read client (tests; a process that forks)."""
+    """Close and forget every pooled read client (the tests, between upstreams)."""
     with _read_pool_lock:
         entries = list(_read_pool.values())
         _read_pool.clear()

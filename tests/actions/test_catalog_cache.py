@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,42 @@ def test_the_embedded_database_has_the_same_triggers(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"distinct": 5, "kept": True}
+
+
+class _CookieSetter(BaseHTTPRequestHandler):
+    """Answers every GET with a Set-Cookie and remembers the Cookie headers it got."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list[str | None] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        type(self).seen.append(self.headers.get("Cookie"))
+        body = b'{"id": "x"}'
+        self.send_response(200)
+        self.send_header("Set-Cookie", "session=upstream-session; Path=/")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_cookie_set_by_an_upstream_is_never_sent_back(db):
+    _CookieSetter.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _CookieSetter)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        connector = Connector.objects.create(
+            name="cookies", base_url=f"http://127.0.0.1:{server.server_port}"
+        )
+        credential_set(connector=connector, role=Credential.Role.READ, secret={"token": "r"})
+        for _ in range(3):
+            with read_client(connector) as client:  # the same pooled client each time
+                assert client.get("/things/x").status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _CookieSetter.seen == [None, None, None]

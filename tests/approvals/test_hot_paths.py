@@ -20,8 +20,8 @@ from executors.services import execution_run
 # (actions/cache.py: each lookup is then one read of the catalog generation), and on a
 # process's first request. Under test every transaction is nested in the test's own,
 # so each atomic block adds a SAVEPOINT and a RELEASE to these counts.
-BUDGET = {"submit": 7, "read": 2, "read_settled": 3, "decide": 13, "execute": 19}
-COLD_BUDGET = {"submit": 12, "read": 2, "read_settled": 3, "decide": 13, "execute": 21}
+BUDGET = {"submit": 7, "read": 2, "read_settled": 3, "decide": 13, "execute": 17}
+COLD_BUDGET = {"submit": 12, "read": 2, "read_settled": 3, "decide": 13, "execute": 20}
 
 
 def count(fn) -> int:
