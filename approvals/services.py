@@ -147,8 +147,15 @@ def _load_action(agent_id, action_name: str) -> Action | None:
 
 
 def _resolve_action(agent: Agent, action_name: str) -> Action:
-    # Remembered per catalog generation (actions/cache.py): an edit applies at once.
-    action = cached("action", (agent.pk, action_name), lambda: _load_action(agent.pk, action_name))
+    # Remembered per catalog generation (actions/cache.py): an edit applies at once. An
+    # unknown name is not remembered: the name is the caller's, and made-up ones would
+    # fill the memory.
+    action = cached(
+        "action",
+        (agent.pk, action_name),
+        lambda: _load_action(agent.pk, action_name),
+        keep_none=False,
+    )
     if action is not None:
         action = fresh(action)
     if action is None:

@@ -476,9 +476,10 @@ The queue page, a plan page and `GET /api/v1/plans/{{id}}` with {b4["small"]["pl
 plans in the database, then with {b4["large"]["plans"]:,} (settled history seeded in bulk
 by `bench/seed.py` with COPY, {b4.get("seeded_events_per_plan", 2)} audit event(s) per plan,
 in {fmt(b4["large"].get("seed_seconds", float("nan")), 0)} s, then `VACUUM ANALYZE`, a
-checkpoint and a wait for autovacuum to finish). The queue holds the same {sizes["b4_queue"]} awaiting plans both times. Query counts are taken
-in the bench process (Django test client, `CaptureQueriesContext`), latencies over HTTP
-from the load generator ({sizes["b4_repeat"]} sequential requests each after a warm-up).
+checkpoint and a wait for autovacuum to finish). The queue holds the same
+{sizes["b4_queue"]} awaiting plans both times. Query counts are taken in the bench process
+(Django test client, `CaptureQueriesContext`), latencies over HTTP from the load generator
+({sizes["b4_repeat"]} sequential requests each after a warm-up).
 
 {
                 table(

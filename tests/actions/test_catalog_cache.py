@@ -17,6 +17,7 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
+from actions import cache
 from actions.exceptions import UnknownAction
 from actions.models import Action, Agent, AgentScope, CatalogState, Connector, Credential
 from actions.services import credential_set
@@ -123,13 +124,21 @@ def test_the_read_client_is_pooled_per_connector_until_its_credential_changes(ca
 def test_a_rolled_back_change_is_never_served(transactional_db, catalog, agent):
     """Generations are random, not counted: a value seen inside a transaction that rolled
     back is not the value of the next committed change."""
+    original = Action.objects.get(name=ACTION).title
     with transaction.atomic():
-        Action.objects.filter(name=ACTION).update(enabled=False)
-        with pytest.raises(UnknownAction):
-            _resolve_action(agent, ACTION)  # remembered under the uncommitted generation
+        Action.objects.filter(name=ACTION).update(title="never committed")
+        # Remembered under the uncommitted generation.
+        assert _resolve_action(agent, ACTION).title == "never committed"
         transaction.set_rollback(True)
     Connector.objects.update(read_timeout=9.0)  # a committed change, one write later
-    assert _resolve_action(agent, ACTION).name == ACTION
+    assert _resolve_action(agent, ACTION).title == original
+
+
+def test_made_up_action_names_are_not_remembered(agent):
+    for n in range(5):
+        with pytest.raises(UnknownAction):
+            _resolve_action(agent, f"no-such-action-{n}")
+    assert not [key for key in cache._entries if key[0] == "action"]
 
 
 def test_a_changed_setting_empties_the_cache(agent, settings):
