@@ -217,8 +217,7 @@ class Deployment:
         self.web_env = {
             **env,
             # Under ASGI, Django's advice: no persistent connections (each request's
-            # thread would keep its own); config/asgi.py gives each web process a pool
-            # of 8 instead. Workers are plain processes and keep theirs.
+            # thread would keep its own). Workers are plain processes and keep theirs.
             "COUNTERSIGN_DB_CONN_MAX_AGE": "0",
             "COUNTERSIGN_BENCH": "1",
             "COUNTERSIGN_BENCH_UPSTREAM": self.upstream_url,

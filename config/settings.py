@@ -191,11 +191,6 @@ def database_from_url(url: str) -> dict:
         options: dict = {}
         if "sslmode" in query:
             options["sslmode"] = query["sslmode"]
-        # A connection pool per process (psycopg_pool): the web processes' setting
-        # (config/asgi.py), where a request must not keep a connection of its own.
-        pool_size = env_int("COUNTERSIGN_DB_POOL_SIZE", 0)
-        if pool_size > 0:
-            options["pool"] = {"min_size": 1, "max_size": pool_size, "timeout": 10}
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.lstrip("/")) or "countersign",
@@ -203,8 +198,7 @@ def database_from_url(url: str) -> dict:
             "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname or "",
             "PORT": str(parts.port or ""),
-            # Pooled connections go back to the pool after each request instead.
-            "CONN_MAX_AGE": 0 if pool_size > 0 else env_int("COUNTERSIGN_DB_CONN_MAX_AGE", 60),
+            "CONN_MAX_AGE": env_int("COUNTERSIGN_DB_CONN_MAX_AGE", 60),
             "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
         }
