@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
@@ -355,11 +355,9 @@ def _fence_sending(claim: Claim, *, sent_at, request: dict, revalidation: dict) 
     """Commit "sending" (and the first send) if and only if the attempt is still this
     worker's and prepared, its plan still claimed by this worker, and the vault unlocked.
 
-    One statement (its own transaction outside a caller's), in plain SQL: the ORM's version of this
-    UPDATE (two EXISTS filters) took three times as long to build as to run, on the
-    path between a decision and its effect."""
-    from django.db import connection
-
+    One statement (its own transaction outside a caller's), in plain SQL: the ORM's
+    version of this UPDATE (two EXISTS filters) took three times as long to build as to
+    run, on the path between a decision and its effect."""
     plan, attempt = claim.plan, claim.attempt
     qn = connection.ops.quote_name
     field = Attempt._meta.get_field
@@ -914,8 +912,10 @@ def sweep(*, now=None) -> dict[str, int]:
                     )
                     or (attempt.state == Attempt.State.SENDING and attempt.sends == 0)
                 ):
-                    # sends == 0: "sending" was committed but the request never left
-                    # (each send is recorded, fenced, before it leaves).
+                    # sends == 0: "sending" was committed but the request never left.
+                    # The fence now records the first send in the same statement, so a
+                    # worker killed after it is read as "may have left" (unknown, then
+                    # reconciled); this branch keeps attempts fenced the older way.
                     if attempt is not None:
                         attempt.state = Attempt.State.NOT_SENT
                         attempt.error = "the worker stopped before sending"
