@@ -143,6 +143,10 @@ class ChaosResult:
     # Worker processes alive when Redis restarted, and whether each reconnected.
     redis_survivors: list[str] = field(default_factory=list)
     reconnected_after_redis_restart: dict[str, bool] = field(default_factory=dict)
+    # Workers that exited on their own (not one of the kills), restarted as a supervisor
+    # would (systemd Restart=always, docs/deploy): (when, name). Seen: kombu's Redis
+    # transport failing its reconnect with an AttributeError, a library bug.
+    crashes: list[tuple[float, str]] = field(default_factory=list)
     duplicate_wakeups: int = 0  # execution tasks that found their plan already taken
     timings: dict[str, float] = field(default_factory=dict)
     log_dir: Path | None = None
@@ -524,6 +528,16 @@ def _chaos(result: ChaosResult, *, upstream, reviewer, redis, workers: Workers, 
                 # Writes only: a 503 on the re-read would merely defer the plan.
                 method, path = rng.choice([("PATCH", "/contacts/"), ("POST", "/reminders")])
                 upstream.add_fault(method=method, path_prefix=path, status=503, apply=True)
+            for slot, proc in enumerate(workers.procs):
+                if proc is not None and not proc.alive():
+                    # Exited on its own: our kills clear the slot. Restart it, as the
+                    # deployment's supervisor would, and say so in the figures.
+                    result.crashes.append((round(now, 2), proc.name))
+                    reconnecting.pop(proc.name, None)
+                    with contextlib.suppress(Exception):
+                        proc.kill(signal.SIGKILL)  # its pool and beat, if left behind
+                    proc.stop()
+                    workers.start(slot)
             ready = [slot for slot in range(len(workers.procs)) if workers.ready(slot)]
             if (
                 kills
@@ -665,6 +679,7 @@ def figures(result: ChaosResult, upstream) -> dict[str, Any]:
         "publish_failures": result.publish_failures,
         "duplicate_wakeups": result.duplicate_wakeups,
         "reconnected_after_redis_restart": result.reconnected_after_redis_restart,
+        "crashes": result.crashes,
         "at_end_of_run": dict(Counter(result.statuses_at_end_of_run.values())),
         "final": dict(Counter(result.final_statuses.values())),
         "went_unknown": went_unknown,
@@ -728,6 +743,10 @@ def markdown(fig: dict[str, Any], config: ChaosConfig, *, when: str, command: st
         ("worker kills (SIGKILL of the process group)", f"{fig['kills']} at {kills}"),
         ("Redis restarts (nothing persisted)", f"{fig['redis_restarts']} at {redis_at}"),
         ("workers alive across the Redis restart that reconnected", survivors or "none"),
+        (
+            "workers that exited on their own, restarted as a supervisor would",
+            ", ".join(f"{name} at {t:.1f} s" for t, name in fig.get("crashes", [])) or "none",
+        ),
         ("wake-ups that failed to publish (Redis down)", fig["publish_failures"]),
         ("execution tasks that found their plan already taken", fig["duplicate_wakeups"]),
         ("executions recovered by the sweeper (nothing sent)", fig["recovered_by_sweeper"]),

@@ -73,11 +73,14 @@ def test_chaos_writes_at_most_once_settles_every_plan_and_loses_no_approval(
     assert len(ids) == 300
     assert 3 <= len(result.kills) <= 6, result.kills
     assert len(result.redis_restarts) == 1
-    # Workers consuming when Redis went away came back to it by themselves.
-    assert result.reconnected_after_redis_restart, "no worker was consuming at the restart"
+    # Workers consuming when Redis went away came back to it by themselves, or (a
+    # library crash during the reconnect) were restarted as a supervisor would: at most
+    # one such crash, and every plan must still settle exactly as below.
+    assert result.redis_survivors, "no worker was consuming at the restart"
     assert all(result.reconnected_after_redis_restart.values()), (
         f"{result.reconnected_after_redis_restart} {replay}"
     )
+    assert len(result.crashes) <= 1, f"{result.crashes} {replay}"
     progress = "\n".join(f"{t:5.1f}s {counts}" for t, counts in result.progress)
     assert not result.timed_out, (
         f"plans still in flight at the deadline {replay}\n{progress}\n{result.worker_logs()}"
