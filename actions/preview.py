@@ -37,6 +37,16 @@ class TargetExists(PreviewError):
     title = "The target already exists"
 
 
+class UpstreamEchoesSecrets(PreviewError):
+    """The upstream's answer repeated a credential Countersign sent or holds. The plan is
+    refused rather than shown redacted: nobody should approve a change computed from a
+    read the upstream poisoned."""
+
+    status = 502
+    type = "upstream-echoes-secrets"
+    title = "The upstream is echoing credentials"
+
+
 class UpstreamTimeout(PreviewError):
     status = 504
     type = "upstream-timeout"
@@ -137,12 +147,22 @@ def read_target(client, spec: ActionSpec, values: dict[str, Any]) -> ReadResult:
         raise PreviewError(f"the upstream answered {response.status} to the read")
     if response.truncated:
         raise PreviewError("the upstream's representation is larger than allowed")
+    echoed = UpstreamEchoesSecrets(
+        "the upstream's answer to the read repeated a credential it was sent; "
+        "nothing was stored (fix the upstream or its proxy, then propose again)"
+    )
+    if response.secret_echoed:
+        raise echoed
     try:
         body = response.json()
     except CanonicalJSONError as exc:
+        from executors.redaction import scrub_text
+
         raise PreviewError(
-            f"the upstream's representation is not usable JSON: {exc.message}"
+            "the upstream's representation is not usable JSON: " + scrub_text(exc.message)[0]
         ) from None
+    if response.secret_echoed:
+        raise echoed
     version = None
     if spec.version is not None:
         if spec.version.source == "etag":
@@ -159,6 +179,11 @@ def read_target(client, spec: ActionSpec, values: dict[str, Any]) -> ReadResult:
         else:
             version = digest(body)
     return ReadResult(exists=True, body=body, version=version, status=response.status)
+
+
+def is_weak_etag(value: Any) -> bool:
+    """A weak entity tag (``W/"…"``), which RFC 9110 never lets satisfy If-Match."""
+    return isinstance(value, str) and value[:2] in ("W/", "w/")
 
 
 def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
@@ -200,14 +225,22 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
         else:
             after = None
         enforced = {"if_match": "if_match", "field": "field"}.get(spec.write.precondition, "reread")
+        weak = spec.version.source == "etag" and is_weak_etag(read.version)
+        if weak and enforced == "if_match":
+            # By RFC 9110 a weak validator never satisfies If-Match: sending it would be
+            # refused with 412 whatever the target's state. The worker's re-read, which
+            # compares the tag as it was read, is the only check left.
+            enforced = "reread"
         precondition = {
             "kind": "version",
             "source": spec.version.source,
             "expected": read.version,
             "enforced_by": enforced,
         }
+        if weak:
+            precondition["weak"] = True
 
-    if spec.write.precondition == "if_match":
+    if spec.write.precondition == "if_match" and precondition["enforced_by"] == "if_match":
         headers["If-Match"] = read.version
     elif spec.write.precondition == "if_none_match":
         headers["If-None-Match"] = "*"

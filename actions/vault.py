@@ -22,6 +22,10 @@ from nacl.public import PublicKey, SealedBox
 
 from .models import Credential
 
+# A secret shorter than this cannot be told apart from ordinary text in an upstream's
+# answer (executors.redaction.MIN_SECRET_CHARS holds the same number).
+MIN_SECRET_CHARS = 8
+
 
 class VaultError(Exception):
     """A credential could not be sealed or opened. Never carries the secret."""
@@ -141,11 +145,22 @@ def check_secret_shape(scheme: str, secret: dict[str, Any]) -> None:
     missing = [k for k in needed if not isinstance(secret.get(k), str) or not secret[k]]
     if missing:
         raise VaultError(f"a {scheme} secret needs {', '.join(missing)}")
+    short = [k for k in needed if k not in _NOT_SECRET and len(secret[k]) < MIN_SECRET_CHARS]
+    if short:
+        # Too short to be told apart from ordinary data, so it could not be kept out of
+        # what an upstream echoes back (executors.redaction).
+        raise VaultError(f"{', '.join(short)} must be at least {MIN_SECRET_CHARS} characters long")
+
+
+# The parts of a secret that are secret: a Basic user name and an OAuth2 client id are
+# identifiers, shown in logs and consoles; scrubbing them from upstream answers would
+# refuse every preview of a record that names the account.
+_NOT_SECRET = frozenset({"username", "client_id"})
 
 
 def secret_values(secret: dict[str, Any]) -> list[str]:
-    """Every string in a secret, for redaction."""
-    return [v for v in secret.values() if isinstance(v, str) and v]
+    """Every secret string in a secret, for redaction."""
+    return [v for k, v in secret.items() if k not in _NOT_SECRET and isinstance(v, str) and v]
 
 
 def read_secrets_rotate(*, actor: str = "system") -> int:

@@ -319,6 +319,10 @@ def request_sent(plan: Plan) -> bool | None:
         return False
     if state == Attempt.State.ANSWERED:
         return True
+    # It may have left and no answer came; once the change is found applied (by
+    # reconciliation or by a person), it did.
+    if plan.status == PlanStatus.COMPLETED:
+        return True
     return None
 
 
@@ -369,6 +373,7 @@ def plan_out(plan: Plan) -> dict[str, Any]:
             "kind": plan.precondition["kind"],
             "expected": plan.precondition.get("expected"),
             "enforced_by": plan.precondition.get("enforced_by", "none"),
+            "weak": bool(plan.precondition.get("weak", False)),
         },
         "approvals_required": plan.required_approvals,
         **approval_source(plan),

@@ -118,6 +118,11 @@ class Plan(models.Model):
     enqueued_at = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When the next automatic look at an unsettled outcome is due: a status request for
+    # accepted work (pending), a reconciliation for an unknown outcome. Null when none is
+    # scheduled (settled, or left for a person). The message that carries the look is
+    # only a wake-up: the sweeper publishes again whatever is overdue.
+    next_check_at = models.DateTimeField(null=True, blank=True)
 
     outcome_detail = models.TextField(blank=True)
     upstream_status = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -138,6 +143,12 @@ class Plan(models.Model):
                 fields=["status", "enqueued_at"],
                 name="plan_sweep",
                 condition=Q(status__in=["approved", "executing"]),
+            ),
+            # The sweeper: unsettled outcomes whose next look is overdue.
+            models.Index(
+                fields=["next_check_at"],
+                name="plan_check_due",
+                condition=Q(status__in=["pending", "unknown"], next_check_at__isnull=False),
             ),
             models.Index(fields=["agent", "-created_at"], name="plan_agent_created"),
             # History, newest first, whatever the status ("all" in the queue), and the
@@ -377,3 +388,32 @@ class NotificationTarget(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} for {self.group}"
+
+
+class Heartbeat(models.Model):
+    """The last sign of life of a worker process, or of the sweeper.
+
+    A worker writes its row every COUNTERSIGN_HEARTBEAT_SECONDS from its main process;
+    the sweep task writes the ``sweeper`` row each time it runs. A sweeper that never
+    started (celery beat crashed at start) or died shows as an old or missing row on the
+    dashboard and in the readiness check, instead of as plans that quietly stop moving.
+    """
+
+    class Kind(models.TextChoices):
+        WORKER = "worker"
+        SWEEPER = "sweeper"
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    at = models.DateTimeField()
+    started_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["worker", "sweeper"]), name="heartbeat_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} at {self.at}"

@@ -87,6 +87,11 @@ class PreconditionOut(Schema):
     kind: Literal["version", "absent", "none"]
     expected: Any = None
     enforced_by: str
+    weak: bool = Field(
+        default=False,
+        description="The version is a weak ETag: it cannot be sent as If-Match, so only "
+        "the worker's re-read right before writing checks it (a small race window remains).",
+    )
 
 
 class OutcomeOut(Schema):

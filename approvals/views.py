@@ -36,6 +36,7 @@ from executors.models import Attempt
 
 from .audit import audit_kinds
 from .diffs import is_long_text, only_version_moved, word_diff
+from .heartbeats import heartbeat_status
 from .models import TERMINAL, Approval, AuditEvent, Plan, PlanStatus
 from .services import (
     approval_record,
@@ -773,8 +774,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         .annotate(n=Count("id"))
         .order_by("-n", "action__title")[:5]
     )
+    machinery = heartbeat_status()
     context = {
         "days": DASHBOARD_DAYS,
+        "sweeper_age": _duration(machinery["sweeper_age"]),
+        "sweeper_ran": machinery["sweeper_age"] is not None,
+        "sweeper_stale": machinery["sweeper_stale"],
+        "workers_fresh": machinery["workers_fresh"],
         "pending": Plan.objects.filter(status=PlanStatus.AWAITING_APPROVAL).count(),
         "total": sum(r["total"] for r in class_rows),
         "class_rows": class_rows,

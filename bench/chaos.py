@@ -2,7 +2,8 @@
 
 Issue 5 asks for proof that execution stays trustworthy when processes die at random:
 at most one upstream effect per plan, every plan ends in a terminal state (an ``unknown``
-outcome is settled by reconciliation), and no approval is lost.
+outcome is settled by reconciliation, with no help from outside), and no approval is
+lost.
 
 The scenario, the same in ``tests/e2e/test_chaos.py`` and in ``make chaos``:
 
@@ -35,9 +36,14 @@ The scenario, the same in ``tests/e2e/test_chaos.py`` and in ``make chaos``:
   upstream writes (0.2 s) widen the windows between "sending" and "answered"; a few
   503s come *after* the upstream applied the change (answers that say nothing about
   the outcome).
-* **The end**: when nothing is approved or executing any more (or at the deadline), the
-  workers are stopped and any plan still ``unknown`` is reconciled in this process with
-  ``executors.services.reconcile``.
+* **A reconciliation lost with its worker**: right after the first plan goes
+  ``unknown`` (a 503 after applying), every consuming worker is SIGKILLed before the
+  reconciliation (due 2 s later) has run, so the message that carried it is held
+  unacknowledged by a dead worker (with Redis, for the visibility timeout: an hour).
+  The sweeper must find the look overdue in the database and publish it again.
+* **The end**: when nothing is approved, executing or unknown any more (or at the
+  deadline), the workers are stopped. Nothing is reconciled by hand: a plan still not
+  terminal then is a failure, reported as such.
 
 Upstream writes are attributed to plans by their content: a contact update is the only
 write to its contact's path; a reminder carries a message unique to its plan, and its
@@ -91,7 +97,6 @@ QUEUE = "countersign-chaos"
 CONTACT_BASE = 5000
 IN_FLIGHT = {"awaiting_approval", "approved", "executing"}
 TERMINAL = {"completed", "stale", "rejected", "refused", "already_in_desired_state"}
-RECONCILE_ACTOR = "system:chaos-reconcile"
 # After the Redis restart, no kill until the survivors reconnect by themselves, at most this
 # long (kombu retries after 2, then 4, 6, 8 s...).
 REDIS_RECONNECT = 15.0
@@ -110,6 +115,9 @@ class ChaosConfig:
     deadline_seconds: float = 120.0  # from the first approval to giving up
     delay: float = 0.2  # slow upstream writes
     applied_503s: int = 4
+    # Kills of every consuming worker right after a plan went unknown, before its
+    # reconciliation ran.
+    reconcile_kills: int = 1
     seed: int | None = None
     sweep_seconds: float = 1.0
     requeue_after_seconds: float = 8.0
@@ -135,10 +143,11 @@ class ChaosResult:
     cases: list[Case]
     log_start: int  # upstream request-log entries before this index are setup
     kills: list[tuple[float, str]] = field(default_factory=list)
+    # Kills of every consuming worker right after a plan went unknown: (when, plan, names).
+    reconcile_kills: list[tuple[float, str, list[str]]] = field(default_factory=list)
     redis_restarts: list[float] = field(default_factory=list)
     statuses_at_end_of_run: dict[str, str] = field(default_factory=dict)
     final_statuses: dict[str, str] = field(default_factory=dict)
-    reconciled_at_end: dict[str, str] = field(default_factory=dict)
     publish_failures: int = 0
     # Worker processes alive when Redis restarted, and whether each reconnected.
     redis_survivors: list[str] = field(default_factory=list)
@@ -380,8 +389,8 @@ def run_chaos(
     """Run the whole scenario; returns what happened. ``env`` is the workers' environment
     (database, keys, private key file); the broker and timings are set here.
 
-    Needs the worker private key in this process too (``COUNTERSIGN_WORKER_KEY_FILE``)
-    for the final reconciliation of keyed calls."""
+    Nothing is settled here by hand: every plan must end terminal by the workers and
+    the sweeper alone."""
     config = config or ChaosConfig()
     seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
@@ -425,12 +434,6 @@ def run_chaos(
         for path in log_dir.glob("worker-*.log")
     )
 
-    # Whatever is still unknown: reconcile once, here, with the workers stopped.
-    from executors.services import reconcile
-
-    for plan_id, status in result.statuses_at_end_of_run.items():
-        if status == "unknown":
-            result.reconciled_at_end[plan_id] = reconcile(plan_id=plan_id, actor=RECONCILE_ACTOR)
     result.final_statuses = _statuses(plan_ids)
     result.unsettled = _unsettled(result)
     result.timings["total"] = time.monotonic() - began
@@ -496,7 +499,6 @@ def _chaos(result: ChaosResult, *, upstream, reviewer, redis, workers: Workers, 
     per_batch = math.ceil(len(cases) / batches)
     to_approve = list(cases)
     next_batch = next_slow = next_sample = 0.0
-    quiet_since: float | None = None
     counter: Counter = Counter()
 
     t0 = time.monotonic()
@@ -553,6 +555,16 @@ def _chaos(result: ChaosResult, *, upstream, reviewer, redis, workers: Workers, 
                 result.kills.append((round(now, 2), name))
                 restarts.append((now + rng.uniform(0.3, 1.5), int(name.split("-")[1])))
                 restarts.sort()
+            if len(result.reconcile_kills) < config.reconcile_kills and ready:
+                waiting = _reconcile_not_yet_run(plan_ids)
+                if waiting:
+                    # Whoever holds the reconciliation's message dies with it.
+                    names = [workers.kill(slot) for slot in ready]
+                    result.reconcile_kills.append((round(now, 2), waiting, names))
+                    for name in names:
+                        restarts.append((now + rng.uniform(0.3, 1.5), int(name.split("-")[1])))
+                    restarts.sort()
+                    ready = []
             if restarts and now >= restarts[0][0]:
                 _, slot = restarts.pop(0)
                 workers.start(slot)
@@ -591,19 +603,36 @@ def _chaos(result: ChaosResult, *, upstream, reviewer, redis, workers: Workers, 
                 statuses = _statuses(plan_ids).values()
                 busy = sum(1 for s in statuses if s in IN_FLIGHT)
                 unknown = sum(1 for s in statuses if s == "unknown")
-                if busy == 0:
-                    # Give the workers' reconcile tasks a moment to settle unknowns.
-                    quiet_since = quiet_since if quiet_since is not None else now
-                    if unknown == 0 or now - quiet_since > 6.0:
-                        break
-                else:
-                    quiet_since = None
+                if busy == 0 and unknown == 0:
+                    break
             if now > config.deadline_seconds:
                 result.timed_out = True
                 break
             time.sleep(0.1 if not chaos_over else 0.25)
     result.timings["run"] = time.monotonic() - t0
     result.publish_failures = counter["publish_failures"]
+
+
+def _reconcile_not_yet_run(plan_ids: list[str]) -> str | None:
+    """A plan that went unknown whose first reconciliation is still at least half a
+    second away (so killing the workers now loses its message), or None."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from approvals.models import Plan
+
+    plan = (
+        Plan.objects.filter(
+            id__in=plan_ids,
+            status="unknown",
+            attempt__reconcile_checks=0,
+            next_check_at__gt=timezone.now() + timedelta(seconds=0.5),
+        )
+        .values_list("id", flat=True)
+        .first()
+    )
+    return str(plan) if plan else None
 
 
 def _connects(workers: Workers, slot: int) -> int:
@@ -686,10 +715,9 @@ def figures(result: ChaosResult, upstream) -> dict[str, Any]:
         "unknown_after_kill": unknown_after_kill,
         "settled_by_reconcile_task": AuditEvent.objects.filter(
             plan_id__in=plan_ids, kind="reconcile.settled"
-        )
-        .exclude(actor=RECONCILE_ACTOR)
-        .count(),
-        "reconciled_at_end": len(result.reconciled_at_end),
+        ).count(),
+        "reconcile_kills": result.reconcile_kills,
+        "not_terminal": sum(1 for s in result.final_statuses.values() if s not in TERMINAL),
         "recovered_by_sweeper": events["execution.recovered"],
         "max_write_requests_per_plan": max((len(writes[p]) for p in plan_ids), default=0),
         "max_write_requests_unkeyed": max(
@@ -755,10 +783,14 @@ def markdown(fig: dict[str, Any], config: ChaosConfig, *, when: str, command: st
             f"{fig['went_unknown']} ({fig['unknown_after_kill']})",
         ),
         ("… settled by the workers' reconcile task", fig["settled_by_reconcile_task"]),
-        ("… still `unknown` at the end, reconciled once", fig["reconciled_at_end"]),
-        ("states when the run ended", states(fig["at_end_of_run"])),
+        (
+            "every consuming worker killed right after a plan went `unknown`, before its "
+            "reconciliation ran",
+            ", ".join(f"{t:.1f} s ({', '.join(names)})" for t, _, names in fig["reconcile_kills"])
+            or "none",
+        ),
         ("**final states**", f"**{states(fig['final'])}**"),
-        ("not terminal after reconciliation (left to a person)", len(fig["unsettled"])),
+        ("**plans left not terminal after the run**", f"**{fig['not_terminal']}**"),
         ("**approvals lost** (still approved or executing)", f"**{lost}**"),
         (
             "**max write requests per plan, unkeyed writes**",
@@ -795,9 +827,9 @@ machine's timing still differs).
   upstream in-process; {fig["workers"]} workers, the first embedding the beat that runs
   the sweeper every {config.sweep_seconds:g} s (requeue after
   {config.requeue_after_seconds:g} s, execution lease {config.lease_seconds:g} s).
-  Nothing is repaired by hand until the very end: the sweeper republishes lost wake-ups
-  and settles executions whose worker died; the workers' reconcile task settles
-  `unknown` outcomes.
+  Nothing is repaired by hand: the sweeper republishes lost wake-ups and overdue
+  reconciliations and settles executions whose worker died; the workers' reconcile task
+  settles `unknown` outcomes.
 - {fig["contact_updates"]} `update_contact_email` plans, one contact each (created
   upstream first), {fig["changed_upstream"]} of those contacts edited upstream after the
   preview (they must end `stale` with nothing written); {fig["reminders"]}
@@ -813,8 +845,12 @@ machine's timing still differs).
   is lost) while approvals go on, restarted after 0.5–1.5 s; no worker is killed after
   it until those that were consuming have reconnected on their own (waiting at most
   {REDIS_RECONNECT:g} s).
-- When nothing is approved or executing any more, the workers stop and any plan still
-  `unknown` is reconciled once with `executors.services.reconcile`.
+- {config.reconcile_kills} time(s), right after a plan goes `unknown`, every
+  consuming worker is killed before that plan's reconciliation (due 2 s later) has run:
+  its message dies unacknowledged with the worker, and only the sweeper, finding the
+  look overdue in the database, brings it back.
+- When nothing is approved, executing or `unknown` any more, the workers stop. Nothing is
+  reconciled by hand; a plan not terminal by then counts as a failure below.
 
 ## Figures
 

@@ -430,7 +430,14 @@ CELERY_DB_REUSE_MAX = 1000
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "executors.sweep", "schedule": COUNTERSIGN_SWEEP_SECONDS},
 }
-CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Where celery beat keeps its schedule (config/celery.py creates the directory when beat
+# starts; a beat that cannot start is seen through the sweeper's heartbeat).
+CELERY_BEAT_SCHEDULE_FILENAME = env_str(
+    "COUNTERSIGN_BEAT_SCHEDULE_FILE", str(VAR_DIR / "celerybeat-schedule")
+)
+# Every worker process notes it is alive this often (approvals.models.Heartbeat); the
+# dashboard and the readiness check call a worker or the sweeper stale after 3 periods.
+COUNTERSIGN_HEARTBEAT_SECONDS = env_float("COUNTERSIGN_HEARTBEAT_SECONDS", 15.0)
 
 REDIS_URL = env_str("REDIS_URL", "")
 # The cache holds login-failure counters: Redis when there is one (shared by every web

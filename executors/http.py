@@ -24,6 +24,8 @@ from django.conf import settings
 
 from actions.models import Connector
 
+from .redaction import remember_secrets, scrub_bytes, scrub_text, scrub_value
+
 READ_METHODS = frozenset({"GET", "HEAD"})
 
 
@@ -49,13 +51,20 @@ class UpstreamResponse:
     truncated: bool = False
     # The first answer was 401 and the request was sent again with a renewed OAuth2 token.
     reauthenticated: bool = False
+    # The answer repeated a credential this process presents or holds; ``body`` and
+    # ``headers`` (and what json() returns) have it replaced already.
+    secret_echoed: bool = False
     _json: Any = field(default=None, repr=False)
 
     def json(self) -> Any:
+        """The body parsed strictly, with every credential in its strings and keys
+        replaced (a server may escape one so that only parsing reveals it)."""
         from actions.canonical import loads_strict
 
-        if self._json is None:
-            self._json = loads_strict(self.body) if self.body else None
+        if self._json is None and self.body:
+            value, echoed = scrub_value(loads_strict(self.body))
+            self.secret_echoed = self.secret_echoed or echoed
+            self._json = value
         return self._json
 
     def header(self, name: str) -> str | None:
@@ -117,15 +126,31 @@ class StaticAuth:
 
 
 def credential_auth(credential, secret: dict[str, Any]) -> Auth:
-    """How to present ``credential`` with its opened ``secret``."""
+    """How to present ``credential`` with its opened ``secret``. From here on this process
+    holds the secret, so every upstream answer it reads is scrubbed of it."""
     from actions.models import Credential
     from actions.vault import auth_headers, secret_values
 
     if credential.scheme == Credential.Scheme.OAUTH2:
         from .oauth import OAuth2Auth
 
-        return OAuth2Auth(credential, secret)
-    return StaticAuth(auth_headers(credential, secret), secret_values(secret))
+        auth: Auth = OAuth2Auth(credential, secret)
+    else:
+        auth = StaticAuth(auth_headers(credential, secret), secret_values(secret))
+    remember_secrets(auth.secret_values())
+    return auth
+
+
+def _presented_values(headers: dict[str, str]) -> list[str]:
+    """The credential headers' values as sent, and the part after a scheme word
+    ("Bearer …", "Basic …"): what an echoing server would repeat."""
+    values = []
+    for value in headers.values():
+        values.append(value)
+        scheme, _, rest = value.partition(" ")
+        if rest and scheme.isalpha():
+            values.append(rest.strip())
+    return values
 
 
 class _Client:
@@ -184,13 +209,17 @@ class _Client:
             content = json.dumps(body, ensure_ascii=False).encode()
             all_headers["Content-Type"] = content_type
         # An OAuth2 credential may fetch its token here (TokenError: nothing was sent).
-        all_headers.update(self._auth.headers())
+        credential_headers = self._auth.headers()
+        remember_secrets([*self._auth.secret_values(), *_presented_values(credential_headers)])
+        all_headers.update(credential_headers)
         response = self._send(method, url, all_headers, content)
         if response.status == 401 and self._auth.renewable:
             # The token may have been revoked or expired early upstream. A request refused
             # at authentication had no effect, so sending it once more with a fresh token
             # is not a second write; a second 401 stands.
-            all_headers.update(self._auth.renew())
+            credential_headers = self._auth.renew()
+            remember_secrets([*self._auth.secret_values(), *_presented_values(credential_headers)])
+            all_headers.update(credential_headers)
             response = self._send(method, url, all_headers, content)
             response.reauthenticated = True
         return response
@@ -211,12 +240,21 @@ class _Client:
                         truncated = True
                         break
                     chunks.append(chunk)
+                # Scrubbed as it arrives: nothing downstream (previews, re-reads, stored
+                # answers, results, error details) ever sees a credential it echoed.
+                body, echoed = scrub_bytes(b"".join(chunks))
+                headers = {}
+                for name, value in resp.headers.items():
+                    value, hit = scrub_text(value)
+                    headers[name.lower()] = value
+                    echoed = echoed or hit
                 return UpstreamResponse(
                     status=resp.status_code,
-                    headers={k.lower(): v for k, v in resp.headers.items()},
-                    body=b"".join(chunks),
+                    headers=headers,
+                    body=body,
                     elapsed_ms=int((time.monotonic() - started) * 1000),
                     truncated=truncated,
+                    secret_echoed=echoed,
                 )
         except httpx.ConnectTimeout:
             raise UpstreamError(

@@ -43,6 +43,8 @@ class Attempt(models.Model):
     # Following accepted work (202) and reconciling unknown outcomes.
     status_path = models.CharField(max_length=500, blank=True)
     status_checks = models.PositiveSmallIntegerField(default=0)
+    # Reconciliations of an unknown outcome tried so far (automatic and "check now").
+    reconcile_checks = models.PositiveSmallIntegerField(default=0)
     reconciliation = models.JSONField(default=dict, blank=True)
     revalidation = models.JSONField(default=dict)  # what the re-read found
     created_at = models.DateTimeField(auto_now_add=True)

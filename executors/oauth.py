@@ -215,10 +215,7 @@ class OAuth2Auth:
         return self.headers()
 
     def secret_values(self) -> list[str]:
-        """What must never be stored or shown: the client id and secret and every token
-        this object presented."""
-        return [
-            v
-            for v in (self._secret.get("client_id"), self._secret.get("client_secret"))
-            if isinstance(v, str) and v
-        ] + list(self._presented)
+        """What must never be stored or shown: the client secret and every token this
+        object presented (the client id is an identifier, not a secret)."""
+        secret = self._secret.get("client_secret")
+        return ([secret] if isinstance(secret, str) and secret else []) + list(self._presented)

@@ -31,10 +31,11 @@ from actions.cache import snapshot as catalog_snapshot
 from actions.exceptions import InvalidTransition
 from actions.fingerprint import plan_fingerprint_matches
 from actions.models import Credential, VaultState, action_by_id
-from actions.preview import PreviewError, read_target, resolve_pointer
+from actions.preview import PreviewError, UpstreamEchoesSecrets, read_target, resolve_pointer
 from actions.vault import VaultError
 from approvals.audit import audit_record
-from approvals.models import Approval, Plan, PlanStatus
+from approvals.heartbeats import heartbeat_record
+from approvals.models import Approval, Heartbeat, Plan, PlanStatus
 from approvals.services import plan_transition, plans_expire
 
 from .http import UpstreamError, WriteClient, credential_auth, read_client
@@ -50,6 +51,9 @@ ACTOR = "system:executor"
 MAX_UNSENT_TRIES = 3
 # Longest wait honoured for a 429's Retry-After before giving up (seconds).
 MAX_RETRY_WAIT_SECONDS = 30.0
+# Seconds before each automatic reconciliation of an unknown outcome; after the last one
+# comes up inconclusive, the plan waits for a person ("check now" or resolve).
+RECONCILE_DELAYS = (2.0, 10.0, 60.0, 300.0, 1800.0)
 
 
 @dataclass
@@ -194,8 +198,12 @@ def _finish(
     attempt_state: str,
     upstream_status: int | None = None,
     event_data: dict[str, Any] | None = None,
+    look_in: float | None = None,
     **attempt_fields: Any,
 ) -> Plan:
+    """Record the attempt's end and the plan's outcome in one transaction. ``look_in``
+    schedules the first automatic look at an unsettled outcome (a status request for
+    ``pending``, a reconciliation for ``unknown``) in the same commit."""
     now = timezone.now()
     attempt = claim.attempt
     with transaction.atomic():
@@ -217,8 +225,24 @@ def _finish(
             finished_at=now,
             outcome_detail=detail,
             upstream_status=upstream_status,
+            next_check_at=_due(now, look_in),
         )
+        if look_in is not None:
+            wake_look(claim.plan.id, to, countdown=look_in)
     return claim.plan
+
+
+def _due(now, seconds: float | None):
+    return None if seconds is None else now + timedelta(seconds=seconds)
+
+
+def wake_look(plan_id, status: str, *, countdown: float | None) -> None:
+    """Publish the wake-up for a scheduled look once the transaction commits: the status
+    request of accepted work, or the reconciliation of an unknown outcome."""
+    if status == PlanStatus.PENDING:
+        enqueue_follow(plan_id, countdown=countdown)
+    else:
+        enqueue_reconcile(plan_id, countdown=countdown)
 
 
 def _release_unsent(claim: Claim, reason: str) -> str:
@@ -276,8 +300,14 @@ def classify(status: int, *, on_conflict: str = "rejected") -> tuple[str, str]:
         return PlanStatus.PENDING, "accepted by the upstream; the work is not finished yet"
     if 200 <= status < 300:
         return PlanStatus.COMPLETED, "applied"
-    if status in (412, 428):
+    if status == 412:
         return PlanStatus.STALE, "the upstream's precondition failed: the target changed"
+    if status == 428:
+        return (
+            PlanStatus.REJECTED,
+            "the upstream requires a precondition this request could not carry; "
+            "nothing was written",
+        )
     if status in (401, 403):
         return PlanStatus.REJECTED, "the upstream refused the write credential"
     if status == 409:
@@ -426,6 +456,16 @@ def _execute(plan_id) -> str:
 
     try:
         unchanged, found = _revalidate(claim)
+    except UpstreamEchoesSecrets:
+        _finish(
+            claim,
+            to=PlanStatus.REFUSED,
+            detail="refused before sending: the upstream's answer to the re-read repeated "
+            "a credential it was sent",
+            attempt_state=Attempt.State.NOT_SENT,
+            error="the re-read repeated a credential",
+        )
+        return PlanStatus.REFUSED
     except PreviewError as exc:
         return _release_unsent(claim, f"re-reading the target failed: {exc.detail}")
     if not unchanged:
@@ -529,8 +569,8 @@ def _execute(plan_id) -> str:
                     attempt_state=Attempt.State.LOST,
                     error="; ".join([*notes, str(exc)]),
                     sends=sends,
+                    look_in=RECONCILE_DELAYS[0],
                 )
-                enqueue_reconcile(plan.id)
                 return PlanStatus.UNKNOWN
             if response.status == 429:
                 wait = retry_after_seconds(response.header("retry-after"))
@@ -552,15 +592,25 @@ def _execute(plan_id) -> str:
     if 200 <= response.status < 300 and _refused_in_body(spec.write.rejected_when, response):
         state = PlanStatus.REJECTED
         detail = "the upstream refused the change in its answer; nothing was applied"
+    if response.status == 412:
+        state, detail = _precondition_failed(claim)
+    if response.secret_echoed:
+        notes.append("the upstream's answer repeated a credential; it was removed")
     if response.status in (401, 403):
         _flag_credential(claim.credential, response.status)
     status_path = ""
     if state == PlanStatus.PENDING:
         status_path = _status_path(plan, response)
     body_text = filter_text(response.body.decode("utf-8", "replace"), secrets=auth.secret_values())
+    look_in = None
+    if state == PlanStatus.PENDING and status_path:
+        look_in = 1.0
+    elif state == PlanStatus.UNKNOWN:
+        look_in = RECONCILE_DELAYS[0]
     _finish(
         claim,
         to=state,
+        look_in=look_in,
         detail=detail,
         attempt_state=Attempt.State.ANSWERED,
         upstream_status=response.status,
@@ -574,11 +624,30 @@ def _execute(plan_id) -> str:
         error="; ".join(notes),
     )
     log.info("plan %s executed: %s (%s)", plan.id, state, response.status)
-    if state == PlanStatus.PENDING and status_path:
-        enqueue_follow(plan.id, countdown=1)
-    elif state == PlanStatus.UNKNOWN:
-        enqueue_reconcile(plan.id)
     return state
+
+
+def _precondition_failed(claim: Claim) -> tuple[str, str]:
+    """A 412 is "the target changed" only if a re-read says so. An upstream that refuses
+    a validator for another reason (a weak tag, broken If-Match support) while the target
+    is as previewed has refused the write: saying "changed" would send the agent to
+    preview again for nothing."""
+    if claim.plan.precondition["kind"] == "none":
+        return (
+            PlanStatus.REJECTED,
+            "the upstream answered 412 to a request that carried no precondition",
+        )
+    try:
+        unchanged, _ = _revalidate(claim)
+    except PreviewError:
+        return PlanStatus.STALE, "the upstream's precondition failed; nothing was written"
+    if unchanged:
+        return (
+            PlanStatus.REJECTED,
+            "the upstream refused the precondition although the target is unchanged; "
+            "nothing was written",
+        )
+    return PlanStatus.STALE, "the upstream's precondition failed: the target changed"
 
 
 def _status_path(plan: Plan, response) -> str:
@@ -641,31 +710,38 @@ def pending_follow(*, plan_id) -> str:
     except (UpstreamError, ValueError):
         body = None
     checks = attempt.status_checks + 1
-    Attempt.objects.filter(pk=attempt.pk).update(status_checks=checks)
-    Plan.objects.filter(pk=plan.pk).update(enqueued_at=timezone.now())
+    now = timezone.now()
     outcomes = [
         (status.done_when, PlanStatus.COMPLETED, "the accepted work finished"),
         (status.failed_when, PlanStatus.REJECTED, "the accepted work failed upstream"),
     ]
-    for rule, state, detail in outcomes:
-        if body is not None and rule and rule_holds(rule, body, {}):
-            plan_transition(
-                plan,
-                to=state,
-                actor=ACTOR,
-                event=f"execution.{state}",
-                data={"via": "status request", "checks": checks},
-                finished_at=timezone.now(),
-                outcome_detail=detail,
-            )
-            return state
-    if checks >= status.max_checks:
-        Plan.objects.filter(pk=plan.pk).update(
-            outcome_detail=f"accepted by the upstream; still not finished after {checks} checks"
-        )
-        return "still-pending"
     with transaction.atomic():
-        enqueue_follow(plan.id, countdown=min(2.0**checks * 0.5, 60.0))
+        Attempt.objects.filter(pk=attempt.pk).update(status_checks=checks)
+        for rule, state, detail in outcomes:
+            if body is not None and rule and rule_holds(rule, body, {}):
+                plan_transition(
+                    plan,
+                    to=state,
+                    actor=ACTOR,
+                    event=f"execution.{state}",
+                    data={"via": "status request", "checks": checks},
+                    finished_at=now,
+                    outcome_detail=detail,
+                    next_check_at=None,
+                )
+                return state
+        if checks >= status.max_checks:
+            Plan.objects.filter(pk=plan.pk, status=PlanStatus.PENDING).update(
+                outcome_detail=f"accepted by the upstream; still not finished after {checks} "
+                "checks",
+                next_check_at=None,
+            )
+            return "still-pending"
+        countdown = min(2.0**checks * 0.5, 60.0)
+        Plan.objects.filter(pk=plan.pk, status=PlanStatus.PENDING).update(
+            next_check_at=_due(now, countdown)
+        )
+        enqueue_follow(plan.id, countdown=countdown)
     return "following"
 
 
@@ -733,26 +809,48 @@ def reconcile(*, plan_id, actor: str = ACTOR) -> str:
         state, finding = None, {"verdict": f"could not read the upstream: {exc}"}
     except VaultError:
         # Repeating a keyed request needs the write credential, which only workers can
-        # open: a check started from a web page hands the work to a worker.
+        # open: a check started from a web page hands the work to a worker (due now, so
+        # the sweeper publishes it again if this message is lost).
         with transaction.atomic():
+            Plan.objects.filter(pk=plan.pk, status=PlanStatus.UNKNOWN).update(
+                next_check_at=timezone.now()
+            )
             enqueue_reconcile(plan.id, countdown=None)
         return "queued"
+    now = timezone.now()
     with transaction.atomic():
+        checks = 1
         if attempt is not None:
+            checks = attempt.reconcile_checks + 1
             Attempt.objects.filter(pk=attempt.pk).update(
-                reconciliation={**finding, "at": timezone.now().isoformat(), "by": actor}
+                reconciliation={**finding, "at": now.isoformat(), "by": actor},
+                reconcile_checks=checks,
             )
         if state is None:
             audit_record(kind="reconcile.inconclusive", actor=actor, plan=plan, data=finding)
+            # Look again later, a few times, then leave it to a person.
+            delay = RECONCILE_DELAYS[checks] if checks < len(RECONCILE_DELAYS) else None
+            Plan.objects.filter(pk=plan.pk, status=PlanStatus.UNKNOWN).update(
+                next_check_at=_due(now, delay)
+            )
+            if delay is not None:
+                enqueue_reconcile(plan.id, countdown=delay)
             return "unknown"
+        # What the agent is told about the write comes from the attempt: the status of
+        # the answer it got, or of the same key's answer when the request was repeated.
+        status = finding.pop("upstream_status", None)
+        if status is None and attempt is not None:
+            status = attempt.response_status
         plan_transition(
             plan,
             to=state,
             actor=actor,
             event="reconcile.settled",
             data=finding,
-            finished_at=timezone.now(),
+            finished_at=now,
             outcome_detail=f"reconciled: {finding['verdict']}",
+            upstream_status=status if status is not None else plan.upstream_status,
+            next_check_at=None,
         )
     return state
 
@@ -796,7 +894,10 @@ def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, 
             PlanStatus.REJECTED,
             PlanStatus.ALREADY_IN_DESIRED_STATE,
         ):
-            return state, {"verdict": f"the upstream answered the same key with {response.status}"}
+            return state, {
+                "verdict": f"the upstream answered the same key with {response.status}",
+                "upstream_status": response.status,
+            }
         return None, {"verdict": f"the same key was answered {response.status}"}
     return None, {"verdict": "no way to look the outcome up: a person must check"}
 
@@ -830,6 +931,7 @@ def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
             data={"note": note},
             finished_at=timezone.now(),
             outcome_detail=f"resolved by a reviewer: {state}",
+            next_check_at=None,
         )
     return plan
 
@@ -868,6 +970,34 @@ def _lost_wakeups(now, report: dict[str, int]) -> list:
     return ids
 
 
+def _overdue_looks(now) -> int:
+    """Publish again the looks at unsettled outcomes (status requests of accepted work,
+    reconciliations of unknown outcomes) whose time came and went with no worker acting
+    on them: the message was lost, or the worker holding it died (with Redis, a message a
+    dead worker held comes back only after the visibility timeout, an hour).
+
+    Each is marked due now before it is published, so the next sweep leaves it alone for
+    COUNTERSIGN_REQUEUE_AFTER_SECONDS; the look itself reschedules or clears it. A
+    duplicate delivery is harmless: a look at a settled plan does nothing."""
+    grace = timedelta(seconds=settings.COUNTERSIGN_REQUEUE_AFTER_SECONDS)
+    overdue = (
+        Plan.objects.filter(
+            status__in=(PlanStatus.PENDING, PlanStatus.UNKNOWN), next_check_at__lte=now - grace
+        )
+        .order_by("next_check_at")
+        .values_list("id", "status", "next_check_at")[: settings.COUNTERSIGN_REQUEUE_BATCH]
+    )
+    published = 0
+    for plan_id, status, due in overdue:
+        with transaction.atomic():
+            if Plan.objects.filter(id=plan_id, status=status, next_check_at=due).update(
+                next_check_at=now
+            ):
+                wake_look(plan_id, status, countdown=None)
+                published += 1
+    return published
+
+
 def sweep(*, now=None) -> dict[str, int]:
     """Recover from lost messages and dead workers; expire what waited too long.
 
@@ -875,17 +1005,24 @@ def sweep(*, now=None) -> dict[str, int]:
       published again (a duplicate is harmless: the claim is a row lock);
     * executing plans past their lease: if the attempt provably sent nothing, the plan
       goes back to approved; if the request may have left, the plan is ``unknown``
-      and is never sent again.
+      and is never sent again;
+    * looks at unsettled outcomes (pending, unknown) that are overdue are published
+      again (``_overdue_looks``).
+
+    Each run records the sweeper's heartbeat first, so a sweeper that stops running is
+    seen on the dashboard and by the readiness check.
     """
     from .tasks import enqueue_execution
 
     now = now or timezone.now()
+    heartbeat_record(name="sweeper", kind=Heartbeat.Kind.SWEEPER)
     report = {
         "expired": plans_expire(now=now),
         "requeued": 0,
         "still_queued": 0,
         "recovered": 0,
         "unknown": 0,
+        "looks": 0,
     }
     for plan_id in _lost_wakeups(now, report):
         with transaction.atomic():
@@ -945,23 +1082,11 @@ def sweep(*, now=None) -> dict[str, int]:
                         finished_at=now,
                         outcome_detail="the worker stopped after the request may have left; "
                         "the change may or may not have applied",
+                        next_check_at=_due(now, RECONCILE_DELAYS[0]),
                     )
                     report["unknown"] += 1
-                    enqueue_reconcile(plan.id)
+                    enqueue_reconcile(plan.id, countdown=RECONCILE_DELAYS[0])
         except InvalidTransition:
             pass  # the worker finished meanwhile
-    # Accepted work whose follow-up message was lost.
-    # (pending_follow stamps enqueued_at at every check; checks are at most a minute apart.)
-    follow_before = now - timedelta(seconds=max(120.0, settings.COUNTERSIGN_REQUEUE_AFTER_SECONDS))
-    for plan in Plan.objects.filter(
-        status=PlanStatus.PENDING, enqueued_at__lte=follow_before
-    ).select_related("action")[:500]:
-        status = plan.action.spec.status
-        attempt = Attempt.objects.filter(plan=plan).first()
-        if status is None or attempt is None or attempt.status_checks >= status.max_checks:
-            continue
-        with transaction.atomic():
-            Plan.objects.filter(pk=plan.pk).update(enqueued_at=now)
-            enqueue_follow(plan.id)
-            report["requeued"] += 1
+    report["looks"] = _overdue_looks(now)
     return report

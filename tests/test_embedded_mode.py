@@ -30,12 +30,12 @@ from approvals.audit import audit_verify
 from approvals.services import approval_record, plan_submit
 from executors.services import execution_run
 
-upstream = DemoUpstream(read_token="r-token", write_token="w-token").start()
+upstream = DemoUpstream(read_token="r-token-embedded", write_token="w-token-embedded").start()
 try:
     load_catalog(open(sys.argv[1]).read(), base_urls={"demo": upstream.url})
     demo = Connector.objects.get(name="demo")
-    credential_set(connector=demo, role=Credential.Role.READ, secret={"token": "r-token"})
-    credential_set(connector=demo, role=Credential.Role.WRITE, secret={"token": "w-token"})
+    credential_set(connector=demo, role=Credential.Role.READ, secret={"token": "r-token-embedded"})
+    credential_set(connector=demo, role=Credential.Role.WRITE, secret={"token": "w-token-embedded"})
     agent, token = agent_create(name="a", action_names=["update_contact_email"], active=True)
     reviewer = get_user_model().objects.create_user(username="rita")
     reviewer.user_permissions.add(Permission.objects.get(codename="review_plan"))

@@ -164,6 +164,7 @@ class Response:
     status: int
     body: Any = None  # JSON-serialisable; None means "no body"
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None  # the body's exact bytes, when JSON escaping matters
 
 
 @dataclass
@@ -218,6 +219,14 @@ class Fault:
     # "echo-request" leaks every request header and the request body as well;
     # "huge" answers with a body of several megabytes.
     body: str | None = None
+    # The request is answered as usual, and the answer repeats the Authorization header it
+    # received, as a debugging echo or a careless proxy would: "body" (a field of the
+    # JSON answer), "base64", "url" (every character percent-encoded), "unicode" (every
+    # character a JSON \u escape, visible only once parsed) or "header" (a response header).
+    echo_auth: str | None = None
+    # A write answered 200 with the resource as it was, without applying anything (a
+    # server that ignores a media type it does not understand).
+    ignore: bool = False
 
     def matches(self, method: str, path: str) -> bool:
         if self.method is not None and self.method != method:
@@ -266,7 +275,9 @@ def _etag_matches(header: str, current: str | None) -> bool:
     if current is None:
         return False
     candidates = [part.strip() for part in header.split(",")]
-    return "*" in candidates or current in candidates
+    if "*" in candidates:
+        return True
+    return not current.startswith("W/") and current in candidates
 
 
 def _is_int(value: Any) -> bool:
@@ -454,6 +465,7 @@ class DemoUpstream:
         # Issued access tokens: token -> (expiry as time.time(), scopes).
         self._oauth_tokens: dict[str, tuple[float, frozenset[str]]] = {}
         self._token_requests = 0
+        self._weak_etags = False
 
     def requests_log(self) -> list[dict[str, Any]]:
         """Every non-``/_demo/`` request, oldest first: {method, path, headers, body, at, status}.
@@ -485,6 +497,8 @@ class DemoUpstream:
         retry_after: float | None = None,
         close: bool = False,
         body: str | None = None,
+        echo_auth: str | None = None,
+        ignore: bool = False,
     ) -> dict[str, Any]:
         """Make the next ``times`` matching requests misbehave; returns the fault as a dict."""
         if method is not None and not isinstance(method, str):
@@ -504,6 +518,10 @@ class DemoUpstream:
             raise ValueError("apply and close must be booleans")
         if body not in (None, "echo", "echo-request", "huge"):
             raise ValueError('body must be null, "echo", "echo-request" or "huge"')
+        if echo_auth not in (None, *_ECHO_MODES):
+            raise ValueError(f"echo_auth must be null or one of {', '.join(_ECHO_MODES)}")
+        if not isinstance(ignore, bool):
+            raise ValueError("ignore must be a boolean")
         fault = Fault(
             method=normalized_method,
             path_prefix=path_prefix,
@@ -514,10 +532,19 @@ class DemoUpstream:
             retry_after=retry_after,
             close=close,
             body=body,
+            echo_auth=echo_auth,
+            ignore=ignore,
         )
         with self._lock:
             self._faults.append(fault)
         return asdict(fault)
+
+    def set_weak_etags(self, weak: bool) -> None:
+        """Send contacts' ETags as weak validators (``W/"…"``), as servers that compress
+        or re-serialize do; If-Match then never matches them (strong comparison), and a
+        write without If-Match is accepted."""
+        with self._lock:
+            self._weak_etags = bool(weak)
 
     def faults(self) -> list[dict[str, Any]]:
         """The faults still armed (``times`` counts down as they fire)."""
@@ -760,8 +787,14 @@ class DemoUpstream:
 
     # ---------------------------------------------------------------- contacts (ETag)
 
+    def _contact_etag(self, contact: dict[str, Any]) -> str:
+        etag = contact_etag(contact)
+        return "W/" + etag if self._weak_etags else etag
+
     def _contact_response(self, status: int, contact: dict[str, Any], **headers: str) -> Response:
-        return Response(status, copy.deepcopy(contact), {"ETag": contact_etag(contact), **headers})
+        return Response(
+            status, copy.deepcopy(contact), {"ETag": self._contact_etag(contact), **headers}
+        )
 
     def _existing(self, collection: str, object_id: str, label: str) -> dict[str, Any]:
         found = self._data[collection].get(object_id)
@@ -784,8 +817,10 @@ class DemoUpstream:
     def _check_if_match(self, request: Request, current: dict[str, Any]) -> None:
         if_match = request.headers.get("if-match")
         if if_match is None:
+            if self._weak_etags:
+                return  # a server with weak validators cannot insist on If-Match
             raise HTTPError(428, "If-Match required")
-        if not _etag_matches(if_match, contact_etag(current)):
+        if not _etag_matches(if_match, self._contact_etag(current)):
             raise HTTPError(412, "precondition failed")
 
     def _patch_contact(self, request: Request, contact_id: str) -> Response:
@@ -973,7 +1008,7 @@ class DemoUpstream:
                 except LookupError as exc:
                     raise HTTPError(404, str(exc)) from exc
                 is_contact = urlsplit(target).path.startswith("/contacts/")
-                headers = {"ETag": contact_etag(updated)} if is_contact else {}
+                headers = {"ETag": self._contact_etag(updated)} if is_contact else {}
                 return Response(200, updated, headers)
             if path == "/_demo/oauth":
                 if method not in _SAFE_METHODS:
@@ -983,6 +1018,14 @@ class DemoUpstream:
                 if method != "POST":
                     raise HTTPError(405, "method not allowed", headers={"Allow": "POST"})
                 return Response(200, {"revoked": self.revoke_tokens()})
+            if path == "/_demo/settings":
+                if method != "POST":
+                    raise HTTPError(405, "method not allowed", headers={"Allow": "POST"})
+                body = request.json_object()
+                if set(body) - {"weak_etags"} or not isinstance(body.get("weak_etags"), bool):
+                    raise HTTPError(400, "expected {weak_etags: boolean}")
+                self.set_weak_etags(body["weak_etags"])
+                return Response(200, {"weak_etags": body["weak_etags"]})
             if path == "/_demo/faults":
                 if method in _SAFE_METHODS:
                     return Response(200, self.faults())
@@ -1117,7 +1160,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, response: Response) -> None:
         status = response.status
         no_body = status in (204, 304) or status < 200
-        payload = b"" if no_body or response.body is None else json.dumps(response.body).encode()
+        if no_body or (response.body is None and response.raw is None):
+            payload = b""
+        else:
+            payload = (
+                response.raw if response.raw is not None else json.dumps(response.body).encode()
+            )
         try:
             self.send_response(status)
             if payload:
@@ -1189,9 +1237,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._respond(entry, handle(request))
             return
 
+        if fault.ignore and method not in _SAFE_METHODS:
+            self._respond(entry, self._ignored(request, handle))
+            return
         # With apply the request really takes effect before the fault is delivered; without it
         # nothing is processed unless the fault only delays (then it is just a slow upstream).
-        response = handle(request) if fault.apply else None
+        response = handle(request) if fault.apply or fault.echo_auth else None
         if fault.delay:
             time.sleep(fault.delay)
         if fault.close:
@@ -1229,7 +1280,16 @@ class _Handler(BaseHTTPRequestHandler):
             response = handle(request)
         if fault.retry_after is not None:
             response.headers["Retry-After"] = _format_seconds(fault.retry_after)
+        if fault.echo_auth:
+            response = _echo_auth(response, headers.get("authorization", ""), fault.echo_auth)
         self._respond(entry, response)
+
+    def _ignored(self, request: Request, handle: Any) -> Response:
+        """200 with the resource as it stands (read with the same credential), unchanged."""
+        current = handle(Request("GET", request.path, {}, request.headers, b""))
+        if current.status != 200:
+            return Response(200, {"ok": True})
+        return Response(200, current.body, current.headers)
 
     def _respond(self, entry: dict[str, Any] | None, response: Response) -> None:
         # Record the status *before* sending: a client that reads the log right after getting
@@ -1237,6 +1297,31 @@ class _Handler(BaseHTTPRequestHandler):
         if entry is not None:
             self.server.upstream._set_logged_status(entry, response.status)
         self._send(response)
+
+
+_ECHO_MODES = ("body", "base64", "url", "unicode", "header")
+
+
+def _echo_auth(response: Response, authorization: str, mode: str) -> Response:
+    """``response`` repeating the Authorization header it was sent, encoded as ``mode``."""
+    if mode == "header":
+        response.headers["X-Debug-Authorization"] = authorization
+        return response
+    body = response.body if isinstance(response.body, dict) else {"answer": response.body}
+    if mode == "base64":
+        value = base64.b64encode(f"Authorization: {authorization}".encode()).decode()
+    elif mode == "url":
+        value = "".join(f"%{byte:02X}" for byte in authorization.encode())
+    else:
+        value = authorization
+    echoed = {**body, "debug_authorization": value}
+    raw = None
+    if mode == "unicode":
+        placeholder = "\x00echo\x00"
+        escaped = "".join(f"\\u{ord(ch):04x}" for ch in authorization)
+        text = json.dumps({**body, "debug_authorization": placeholder})
+        raw = text.replace(json.dumps(placeholder)[1:-1], escaped).encode()
+    return Response(response.status or 200, echoed, response.headers, raw)
 
 
 # --------------------------------------------------------------------------------------------

@@ -115,7 +115,9 @@ def test_the_read_client_is_pooled_per_connector_until_its_credential_changes(ca
         # Leaving ``with`` did not close it: the next caller reuses its connections.
         assert again.get("/contacts/c-1001").status == 200
     assert again is first
-    credential_set(connector=connector, role=Credential.Role.READ, secret={"token": "rotated"})
+    credential_set(
+        connector=connector, role=Credential.Role.READ, secret={"token": "rotated-read-token"}
+    )
     with read_client(connector) as rotated:
         assert rotated is not first
         assert rotated.get("/contacts/c-1001").status == 401
@@ -216,7 +218,9 @@ def test_a_cookie_set_by_an_upstream_is_never_sent_back(db):
         connector = Connector.objects.create(
             name="cookies", base_url=f"http://127.0.0.1:{server.server_port}"
         )
-        credential_set(connector=connector, role=Credential.Role.READ, secret={"token": "r"})
+        credential_set(
+            connector=connector, role=Credential.Role.READ, secret={"token": "read-token-r"}
+        )
         for _ in range(3):
             with read_client(connector) as client:  # the same pooled client each time
                 assert client.get("/things/x").status == 200

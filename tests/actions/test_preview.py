@@ -106,10 +106,12 @@ def test_the_read_client_uses_the_newest_read_credential(upstream, catalog):
     from actions.services import credential_set
 
     connector = Connector.objects.get(name="demo")
-    credential_set(connector=connector, role=Credential.Role.READ, secret={"token": "rotated"})
+    credential_set(
+        connector=connector, role=Credential.Role.READ, secret={"token": "rotated-read-token"}
+    )
     with read_client(connector) as client:
         assert client.get("/contacts/c-1001").status == 401
-    assert upstream.requests_log()[0]["headers"]["authorization"] == "Bearer rotated"
+    assert upstream.requests_log()[0]["headers"]["authorization"] == "Bearer rotated-read-token"
 
 
 # --- update (ETag) -------------------------------------------------------------------------

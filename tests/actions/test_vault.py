@@ -97,7 +97,9 @@ def test_sealing_twice_gives_different_ciphertexts(connector):
 def test_sealing_needs_the_public_key(connector, settings):
     settings.COUNTERSIGN_WORKER_PUBLIC_KEY = ""
     with pytest.raises(VaultError, match="public key"):
-        credential_set(connector=connector, role=Credential.Role.WRITE, secret={"token": "t"})
+        credential_set(
+            connector=connector, role=Credential.Role.WRITE, secret={"token": "write-token-t"}
+        )
 
 
 def test_the_audit_trail_never_holds_the_secret(connector):
@@ -137,7 +139,9 @@ def test_a_read_secret_does_not_open_without_its_key(connector, settings):
 
 def test_a_read_ciphertext_copied_to_another_row_does_not_open(connector):
     original = stored(connector, Credential.Role.READ)
-    other = credential_set(connector=connector, role=Credential.Role.READ, secret={"token": "x"})
+    other = credential_set(
+        connector=connector, role=Credential.Role.READ, secret={"token": "read-token-x"}
+    )
     Credential.objects.filter(pk=other.pk).update(ciphertext=bytes(original.ciphertext))
     with pytest.raises(VaultError, match="another credential"):
         open_read_secret(Credential.objects.get(pk=other.pk))
@@ -157,7 +161,7 @@ def test_revoked_and_expired_credentials_are_not_used(connector):
     credential_set(
         connector=connector,
         role=Credential.Role.WRITE,
-        secret={"token": "t"},
+        secret={"token": "header-token-t"},
         expires_at=timezone.now() - timedelta(seconds=1),
     )
     assert connector.credential(Credential.Role.WRITE) is None

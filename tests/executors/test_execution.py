@@ -147,12 +147,30 @@ def test_a_contact_created_meanwhile_is_stale(upstream, approved, run, executor_
     assert upstream.state()["contacts"]["c-2000"]["name"] == "Someone Else"
 
 
-def test_a_412_from_the_upstream_is_stale(upstream, approved, run, executor_key):
+def test_a_412_after_the_target_changed_is_stale(upstream, approved, run, executor_key):
     plan = approved()
-    upstream.add_fault(method="PATCH", status=412)
+    # The upstream applies someone's change and refuses ours: the re-read sees it moved.
+    upstream.add_fault(method="PATCH", status=412, apply=True)
     assert run(plan) == PlanStatus.STALE
+    assert "the target changed" in fresh(plan).outcome_detail
     assert fresh(plan).upstream_status == 412
     assert attempt_of(plan).state == Attempt.State.ANSWERED
+
+
+def test_a_412_while_the_target_is_unchanged_is_not_called_a_change(
+    upstream, approved, run, executor_key
+):
+    """An upstream that refuses the validator for another reason (a weak tag, broken
+    If-Match support) while the target is as previewed: rejected, never "changed"."""
+    plan = approved()
+    before = upstream.state()["contacts"]["c-1001"]
+    upstream.add_fault(method="PATCH", status=412)
+    assert run(plan) == PlanStatus.REJECTED
+    detail = fresh(plan).outcome_detail
+    assert "unchanged" in detail and "changed:" not in detail
+    assert fresh(plan).upstream_status == 412
+    assert [w["method"] for w in upstream.writes()] == ["PATCH"]
+    assert upstream.state()["contacts"]["c-1001"] == before
 
 
 def test_a_409_from_the_upstream_is_rejected(upstream, approved, run, executor_key):
@@ -431,7 +449,7 @@ def test_a_secret_echoed_by_the_upstream_is_redacted(upstream, approved, run, ex
         (204, "completed"),
         (202, "pending"),
         (412, "stale"),
-        (428, "stale"),
+        (428, "rejected"),
         (401, "rejected"),
         (403, "rejected"),
         (409, "rejected"),

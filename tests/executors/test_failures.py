@@ -146,11 +146,22 @@ def test_409_maps_to_already_in_desired_state_when_declared(upstream, catalog, a
     assert run(plan) == "already_in_desired_state"
 
 
-def test_412_is_stale(upstream, approved, run):
-    upstream.add_fault(method="PATCH", path_prefix="/contacts/", status=412)
+def test_412_is_stale_when_someone_changed_the_target_meanwhile(upstream, approved, run):
+    """A real race: another writer changes the contact after the worker's re-read and
+    before its PATCH arrives; the upstream's own If-Match check refuses ours."""
+    import threading
+
     plan = approved("update_contact_email", EMAIL)
+    upstream.add_fault(method="PATCH", path_prefix="/contacts/", delay=0.5)
+    meanwhile = threading.Timer(
+        0.2, upstream.mutate, args=(f"/contacts/{EMAIL['contact_id']}", {"phone": "+1 555"})
+    )
+    meanwhile.start()
     assert run(plan) == "stale"
+    meanwhile.join()
+    assert "the target changed" in fresh(plan).outcome_detail
     assert len(upstream.writes()) == 1
+    assert upstream.state()["contacts"][EMAIL["contact_id"]]["email"] != EMAIL["email"]
 
 
 def test_500_without_idempotency_is_unknown_and_not_resent(upstream, approved, run):

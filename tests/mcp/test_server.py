@@ -409,3 +409,20 @@ def test_a_plan_a_session_grant_covers_says_so_and_the_tool_mentions_grants(
     assert "approved by a session grant" in text
     assert "A person must approve" not in text
     assert upstream.writes() == [], "proposing wrote upstream"
+
+
+def test_an_upstream_echoing_the_credential_is_refused_and_nothing_shows_it(
+    in_process, catalog, agent_token, upstream
+):
+    """The MCP tool result is the API's problem: the read repeated the credential, so no
+    plan was made, and the token is nowhere in what the client receives."""
+    from tests.conftest import READ_TOKEN
+
+    upstream.add_fault(method="GET", path_prefix="/notes/", echo_auth="body")
+    arguments = {"note_id": "n-1", "title": "Runbook v2", "body": "Restart.", "reason": "tidy"}
+    result = run(in_process, agent_token, lambda c: c.call_tool("replace_note", arguments))
+    assert result.is_error
+    assert result.structured_content["type"].endswith(":upstream-echoes-secrets")
+    assert READ_TOKEN not in json.dumps(result.model_dump(mode="json"))
+    assert upstream.requests_log()[-1]["headers"]["authorization"] == f"Bearer {READ_TOKEN}"
+    assert not Plan.objects.exists()
