@@ -25,9 +25,10 @@ RUFF   := $(VENV)/bin/ruff
 STAMP  := $(VENV)/.synced
 LOCK   := requirements.lock
 
-# make run
-PORT      ?= 8000
-DEMO_PORT ?= 8765
+# make run (START_TIMEOUT: seconds each process may take to listen on its port)
+PORT          ?= 8000
+DEMO_PORT     ?= 8765
+START_TIMEOUT ?= 120
 
 # make test (each may be overridden from the environment or the command line)
 DATABASE_URL      ?= postgres://postgres@127.0.0.1:5432/countersign
@@ -73,7 +74,8 @@ $(STAMP): $(LOCK) | $(UV)
 # Embedded mode; DATABASE_URL / CELERY_BROKER_URL are deliberately not set here (the
 # settings default to SQLite under var/ and the filesystem:// broker).
 run: venv
-	PYTHON=$(PY) PORT=$(PORT) DEMO_PORT=$(DEMO_PORT) COUNTERSIGN_ENV=embedded .ci/run-embedded
+	PYTHON=$(PY) PORT=$(PORT) DEMO_PORT=$(DEMO_PORT) START_TIMEOUT=$(START_TIMEOUT) \
+	COUNTERSIGN_ENV=embedded .ci/run-embedded
 
 # --- test --------------------------------------------------------------------------
 # Does not start services (CI runs .ci/services first); says clearly if they are down.

@@ -8,7 +8,6 @@ Changes to connectors, credentials and agents are audited like everything else.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import PurePath
 from typing import Any
@@ -40,6 +39,7 @@ from .catalog import (
 )
 from .export import definition_text
 from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential, VaultState
+from .openapi_import import OpenAPIImportError, import_openapi
 
 CARD_FIELDS = ("effect", "scope", "result", "consent", "retry")
 MAX_OPENAPI_BYTES = 1024 * 1024
@@ -547,17 +547,11 @@ class ActionAdmin(admin.ModelAdmin):
     def import_openapi_view(self, request):
         if not self.has_add_permission(request):
             raise PermissionDenied
-        available = _importer_available()
         report = problems = None
         dry_run = True
         if request.method == "POST":
             form = OpenAPIImportForm(request.POST, request.FILES)
-            if form.is_valid() and not available:
-                form.add_error(None, "OpenAPI import is not available in this installation.")
-            elif form.is_valid():
-                # Imported here, not at the top: the importer is optional for the admin.
-                from .openapi_import import OpenAPIImportError, import_openapi
-
+            if form.is_valid():
                 dry_run = form.cleaned_data["dry_run"]
                 try:
                     report = import_openapi(
@@ -576,7 +570,6 @@ class ActionAdmin(admin.ModelAdmin):
             "opts": self.opts,
             "title": "Import actions from OpenAPI",
             "form": form,
-            "available": available,
             "report": report,
             "reads": _as_list(getattr(report, "reads", None)),
             "problems": problems,
@@ -584,10 +577,6 @@ class ActionAdmin(admin.ModelAdmin):
             "changelist_url": reverse("admin:actions_action_changelist"),
         }
         return TemplateResponse(request, "admin/actions/action/import_openapi.html", context)
-
-
-def _importer_available() -> bool:
-    return importlib.util.find_spec("actions.openapi_import") is not None
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -12,24 +12,16 @@ from urllib.parse import urlencode
 import markdown
 import nh3
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import formats, timezone
-from django.utils.translation import (
-    get_language,
-    gettext,
-    gettext_lazy,
-    gettext_noop,
-    pgettext_lazy,
-)
+from django.utils.translation import gettext, gettext_lazy, gettext_noop, pgettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from actions.exceptions import CountersignError
+from actions.exceptions import CountersignError, NotFound
 from actions.models import Action, Agent, ConsequenceClass
 from actions.preview import diff
 from executors.models import Attempt
@@ -38,10 +30,10 @@ from .audit import audit_kinds
 from .diffs import is_long_text, only_version_moved, word_diff
 from .heartbeats import heartbeat_status
 from .models import TERMINAL, Approval, AuditEvent, Plan, PlanStatus
+from .pages import page_error, plan_page, reviewer_page
 from .services import (
     approval_record,
     approval_revoke,
-    can_review,
     plan_edit,
     plan_preview_again,
 )
@@ -60,54 +52,6 @@ RENDERED_TAGS = {
     "h3",
     "h4",
 }
-
-
-def _require_reviewer(request: HttpRequest) -> None:
-    if not can_review(request.user):
-        raise PermissionDenied("reviewers only")
-
-
-# Domain errors are worded in English for agents (the API is machine-facing and stays
-# English). Pages show a reviewer the same error in their language: the messages below
-# are in the catalog; anything else falls back to its type's title, with the English
-# detail kept alongside (it may name a field or quote an upstream).
-PAGE_ERROR_MESSAGES = [
-    gettext_noop("no such plan"),
-    gettext_noop("you are not a reviewer"),
-    gettext_noop("you have already decided on this plan"),
-    gettext_noop("this plan expired before a decision"),
-    gettext_noop("the fingerprint you saw does not match this plan; reload and review again"),
-    gettext_noop("the action changed since this preview; the agent must propose again"),
-    gettext_noop("you registered this agent: another reviewer must approve its irreversible plans"),
-    gettext_noop("this plan was already previewed again"),
-    gettext_noop("nothing was changed"),
-    gettext_noop("approve or deny"),
-]
-PAGE_ERROR_TITLES = {
-    "bad-request": gettext_lazy("The request cannot be processed"),
-    "invalid-input": gettext_lazy("The input does not match the action's schema"),
-    "unknown-action": gettext_lazy("No such action is available to this agent"),
-    "not-allowed": gettext_lazy("This is not allowed"),
-    "out-of-scope": gettext_lazy("This is outside the agent's scope"),
-    "not-found": gettext_lazy("Not found"),
-    "invalid-state": gettext_lazy("The plan is not in a state that allows this"),
-    "fingerprint-mismatch": gettext_lazy("The plan you saw is not the plan on record"),
-    "already-decided": gettext_lazy("You have already decided on this plan"),
-    "action-changed": gettext_lazy("The action's definition changed since this preview"),
-}
-
-
-def page_error(exc: CountersignError, text: str | None = None) -> str:
-    """A domain error (or one of its messages, ``text``) as a reviewer should read it."""
-    if text is None:
-        text = exc.errors[0]["message"] if exc.errors else exc.detail
-    if not text:
-        return gettext("The request cannot be processed")
-    translated = gettext(text)
-    if translated != text or (get_language() or "en").startswith("en"):
-        return translated
-    title = PAGE_ERROR_TITLES.get(exc.type, PAGE_ERROR_TITLES["bad-request"])
-    return f"{title} ({text})"
 
 
 def render_markdown(text: str) -> str:
@@ -206,10 +150,9 @@ def _page_size(raw: str | None) -> int:
 
 
 @require_GET
-@login_required
+@reviewer_page()
 @vary_on_headers("HX-Request")
 def queue(request: HttpRequest) -> HttpResponse:
-    _require_reviewer(request)
     filters = _queue_filters(request.GET)
     size = _page_size(request.GET.get("per_page"))
     after = request.GET.get("after", "")
@@ -299,10 +242,9 @@ CHECK_VERDICTS = {
 
 
 @require_GET
-@login_required
+@plan_page
 @vary_on_headers("HX-Request")
 def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
-    _require_reviewer(request)
     plan = _plan_or_404(plan_id)
     approvals = list(plan.approvals.select_related("reviewer"))
     approved_by = [a for a in approvals if a.decision == "approve"]
@@ -341,17 +283,10 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@plan_page
 def plan_preview_again_view(request: HttpRequest, plan_id) -> HttpResponse:
     """A stale plan, previewed again as a new revision the reviewer can approve."""
-    _require_reviewer(request)
-    try:
-        revision = plan_preview_again(plan_id=plan_id, reviewer=request.user)
-    except CountersignError as exc:
-        if exc.status == 404 and not exc.errors:
-            raise Http404(exc.detail) from None
-        messages.error(request, page_error(exc))
-        return redirect("approvals:plan-detail", plan_id=plan_id)
+    revision = plan_preview_again(plan_id=plan_id, reviewer=request.user)
     messages.success(request, gettext("Previewed again: review the new plan."))
     return redirect(revision)
 
@@ -407,11 +342,10 @@ def _parse_edit(plan: Plan, post) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 @require_http_methods(["GET", "POST"])
-@login_required
+@plan_page
 def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
     """Edit, then approve: a reviewer's change becomes a new revision, previewed again
     through the same path an agent's proposal takes (schema, scope, read-only preview)."""
-    _require_reviewer(request)
     plan = _plan_or_404(plan_id)
     errors: dict[str, str] = {}
     problems: list[str] = []
@@ -423,9 +357,11 @@ def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
         if not errors:
             try:
                 revision = plan_edit(plan_id=plan.id, reviewer=request.user, input=values)
+            except NotFound:
+                raise  # the plan is gone: a 404 (plan_page)
             except CountersignError as exc:
-                if exc.status == 404 and not exc.errors:
-                    raise Http404(exc.detail) from None
+                # Shown next to the fields, the reviewer's typing kept (not plan_page's
+                # redirect, which would lose it).
                 for error in exc.errors:
                     name = error["pointer"].removeprefix("/input/").split("/")[0]
                     if error["pointer"].startswith("/input/") and name in posted:
@@ -450,52 +386,37 @@ def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@plan_page
 def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
-    _require_reviewer(request)
     decision = request.POST.get("decision", "")
-    try:
-        approval_record(
-            plan_id=plan_id,
-            reviewer=request.user,
-            decision=decision,
-            fingerprint_seen=request.POST.get("fingerprint", ""),
-            comment=request.POST.get("comment", ""),
-        )
-    except CountersignError as exc:
-        if exc.status == 404:
-            raise Http404(exc.detail) from None
-        messages.error(request, page_error(exc))
-    else:
-        messages.success(
-            request, gettext("Denied.") if decision == "deny" else gettext("Approval recorded.")
-        )
+    approval_record(
+        plan_id=plan_id,
+        reviewer=request.user,
+        decision=decision,
+        fingerprint_seen=request.POST.get("fingerprint", ""),
+        comment=request.POST.get("comment", ""),
+    )
+    messages.success(
+        request, gettext("Denied.") if decision == "deny" else gettext("Approval recorded.")
+    )
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 
 @require_POST
-@login_required
+@plan_page
 def plan_revoke(request: HttpRequest, plan_id) -> HttpResponse:
     """Withdraw an approval before the worker sends anything."""
-    _require_reviewer(request)
-    try:
-        approval_revoke(plan_id=plan_id, reviewer=request.user)
-    except CountersignError as exc:
-        if exc.status == 404:
-            raise Http404(exc.detail) from None
-        messages.error(request, page_error(exc))
-    else:
-        messages.success(request, gettext("Approval revoked; nothing was sent."))
+    approval_revoke(plan_id=plan_id, reviewer=request.user)
+    messages.success(request, gettext("Approval revoked; nothing was sent."))
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 
 @require_POST
-@login_required
+@plan_page
 def plan_check(request: HttpRequest, plan_id) -> HttpResponse:
     """Check now: run the action's reconciliation (a read) for an unknown outcome."""
     from executors.services import reconcile
 
-    _require_reviewer(request)
     plan = _plan_or_404(plan_id)
     if plan.status not in (PlanStatus.UNKNOWN, PlanStatus.PENDING):
         messages.error(request, gettext("Only an unknown or pending outcome can be checked."))
@@ -519,23 +440,18 @@ def plan_check(request: HttpRequest, plan_id) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@plan_page
 def plan_resolve_view(request: HttpRequest, plan_id) -> HttpResponse:
     """A person records what they found for an unknown outcome."""
     from executors.services import plan_resolve
 
-    _require_reviewer(request)
-    try:
-        plan_resolve(
-            plan_id=plan_id,
-            reviewer=request.user,
-            state=request.POST.get("state", ""),
-            note=request.POST.get("note", ""),
-        )
-    except CountersignError as exc:
-        messages.error(request, page_error(exc))
-    else:
-        messages.success(request, gettext("Resolution recorded."))
+    plan_resolve(
+        plan_id=plan_id,
+        reviewer=request.user,
+        state=request.POST.get("state", ""),
+        note=request.POST.get("note", ""),
+    )
+    messages.success(request, gettext("Resolution recorded."))
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 
@@ -584,10 +500,9 @@ def _audit_filters(params) -> tuple[dict[str, str], Any]:
 
 
 @require_GET
-@login_required
+@reviewer_page()
 def audit_log(request: HttpRequest) -> HttpResponse:
     """Every event, newest first, keyset-paginated on the (monotonic) id."""
-    _require_reviewer(request)
     filters, events = _audit_filters(request.GET)
     try:
         after = int(request.GET.get("after", "") or 0)
@@ -639,10 +554,9 @@ def _csv_cell(value: Any) -> str:
 
 
 @require_GET
-@login_required
+@reviewer_page()
 def audit_export(request: HttpRequest, fmt: str) -> HttpResponse:
     """The filtered events, oldest first, streamed: CSV or JSON lines."""
-    _require_reviewer(request)
     if fmt not in ("csv", "jsonl"):
         raise Http404("csv or jsonl")
     _, events = _audit_filters(request.GET)
@@ -724,9 +638,8 @@ def _bars(counts: list[tuple[str, int]]) -> list[dict[str, Any]]:
 
 
 @require_GET
-@login_required
+@reviewer_page()
 def dashboard(request: HttpRequest) -> HttpResponse:
-    _require_reviewer(request)
     since = timezone.now() - timedelta(days=DASHBOARD_DAYS)
     recent = Plan.objects.filter(created_at__gte=since)
     by_class: dict[str, dict[str, int]] = {

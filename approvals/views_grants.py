@@ -11,10 +11,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
@@ -24,7 +23,8 @@ from actions.exceptions import CountersignError
 from actions.models import Agent
 
 from .grants import grant_create, grant_eligible_actions, grant_list, grant_revoke
-from .services import can_review
+from .models import SessionGrant
+from .pages import reviewer_page
 
 DEFAULT_MINUTES = 60
 # Which form field a service error's JSON Pointer belongs to.
@@ -36,11 +36,6 @@ FIELD_OF_POINTER = {
     "fixed_values": "fixed_values",
     "reason": "reason",
 }
-
-
-def _require_reviewer(request: HttpRequest) -> None:
-    if not can_review(request.user):
-        raise PermissionDenied("reviewers only")
 
 
 def _state(grant, now) -> str:
@@ -90,9 +85,8 @@ def _state_label(state: str) -> str:
 
 
 @require_GET
-@login_required
+@reviewer_page()
 def grants(request: HttpRequest) -> HttpResponse:
-    _require_reviewer(request)
     return render(request, "approvals/grants.html", _context())
 
 
@@ -108,9 +102,8 @@ def _whole(raw: str, field: str, errors: dict[str, str]) -> int | None:
 
 
 @require_POST
-@login_required
+@reviewer_page()
 def grant_create_view(request: HttpRequest) -> HttpResponse:
-    _require_reviewer(request)
     post = request.POST
     form = {
         "agent": post.get("agent", ""),
@@ -172,19 +165,17 @@ def grant_create_view(request: HttpRequest) -> HttpResponse:
     return render(request, "approvals/grants.html", _context(form, errors), status=422)
 
 
+def _to_grants(**_) -> str:
+    return reverse("approvals:grants")
+
+
+# The grant services word their errors in the reader's language already.
 @require_POST
-@login_required
+@reviewer_page(subject=(SessionGrant, "grant_id"), back=_to_grants, describe=lambda exc: exc.detail)
 def grant_revoke_view(request: HttpRequest, grant_id) -> HttpResponse:
-    _require_reviewer(request)
-    try:
-        grant_revoke(grant_id=grant_id, reviewer=request.user)
-    except CountersignError as exc:
-        if exc.status == 404:
-            raise Http404(exc.detail) from None
-        messages.error(request, exc.detail)
-    else:
-        messages.success(
-            request,
-            _("Grant revoked: plans it approved that have not started will not be sent."),
-        )
+    grant_revoke(grant_id=grant_id, reviewer=request.user)
+    messages.success(
+        request,
+        _("Grant revoked: plans it approved that have not started will not be sent."),
+    )
     return redirect("approvals:grants")

@@ -904,7 +904,7 @@ def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, 
 
 def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
     """A person records what they found for an unknown outcome."""
-    from actions.exceptions import InvalidInput, NotAllowed
+    from actions.exceptions import InvalidInput, NotAllowed, NotFound
     from approvals.services import can_review, user_actor
 
     if not can_review(reviewer):
@@ -918,7 +918,14 @@ def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
     if not note:
         raise InvalidInput(errors=[{"pointer": "/note", "message": "say what you found"}])
     with transaction.atomic():
-        plan = Plan.objects.select_for_update(of=("self",)).select_related("action").get(id=plan_id)
+        plan = (
+            Plan.objects.select_for_update(of=("self",))
+            .select_related("action")
+            .filter(id=plan_id)
+            .first()
+        )
+        if plan is None:
+            raise NotFound("no such plan")
         if plan.status != PlanStatus.UNKNOWN:
             raise InvalidTransition(
                 f"only an unknown outcome can be resolved; this one is {plan.status}"

@@ -3,7 +3,6 @@ version, and a plan previewed under an old version never runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -20,8 +19,6 @@ from approvals.models import AuditEvent, Plan, PlanStatus
 from approvals.services import approval_record
 from executors.services import execution_run
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
-
-OPENAPI_AVAILABLE = importlib.util.find_spec("actions.openapi_import") is not None
 
 
 @pytest.fixture
@@ -640,7 +637,6 @@ def test_the_import_needs_add_permission(client, catalog, reviewer):
     assert client.get(import_url()).status_code == 403
 
 
-@pytest.mark.skipif(not OPENAPI_AVAILABLE, reason="actions.openapi_import has not landed yet")
 def test_a_dry_run_import_shows_the_report_and_stores_nothing(client, catalog):
     demo = Connector.objects.get(name="demo")
     before = (Action.objects.count(), ActionVersion.objects.count())
@@ -657,7 +653,6 @@ def test_a_dry_run_import_shows_the_report_and_stores_nothing(client, catalog):
     assert (Action.objects.count(), ActionVersion.objects.count()) == before
 
 
-@pytest.mark.skipif(not OPENAPI_AVAILABLE, reason="actions.openapi_import has not landed yet")
 def test_a_refused_document_shows_the_problems(client, catalog):
     demo = Connector.objects.get(name="demo")
     upload = SimpleUploadedFile("bad.json", b'{"swagger": "2.0"}', "application/json")
@@ -667,16 +662,6 @@ def test_a_refused_document_shows_the_problems(client, catalog):
     assert "nothing was imported" in response.content.decode()
 
 
-def test_without_the_importer_an_upload_says_so(client, catalog, monkeypatch):
-    monkeypatch.setattr("actions.admin._importer_available", lambda: False)
-    demo = Connector.objects.get(name="demo")
-    upload = SimpleUploadedFile("people.json", PEOPLE_API.encode(), "application/json")
-    response = client.post(import_url(), {"connector": demo.pk, "file": upload, "dry_run": "on"})
-    assert response.status_code == 200
-    assert "not available" in response.content.decode()
-
-
-@pytest.mark.skipif(not OPENAPI_AVAILABLE, reason="actions.openapi_import has not landed yet")
 def test_an_imported_action_is_reviewed_then_enabled(client, catalog):
     demo = Connector.objects.get(name="demo")
     upload = SimpleUploadedFile("people.json", PEOPLE_API.encode(), "application/json")

@@ -378,6 +378,25 @@ def test_revoking_through_the_page(rita, make_grant):
     assert grant.revoked_at is not None and grant.revoked_by.username == "rita"
 
 
+def test_revoking_an_unknown_grant_is_404(rita, db):
+    import uuid
+
+    assert rita.post(reverse("approvals:grant-revoke", args=[uuid.uuid4()])).status_code == 404
+    assert not AuditEvent.objects.filter(kind="grant.revoked").exists()
+
+
+def test_revoking_a_revoked_grant_goes_back_with_the_reason(rita, make_grant, reviewer):
+    grant = make_grant()
+    grant_revoke(grant_id=grant.id, reviewer=reviewer)
+    portuguese = {"HTTP_ACCEPT_LANGUAGE": "pt-BR"}
+    response = rita.post(reverse("approvals:grant-revoke", args=[grant.id]), **portuguese)
+    assert response.status_code == 302 and response["Location"] == reverse("approvals:grants")
+    page = rita.get(response["Location"], **portuguese).content.decode()
+    # The service words it in the reader's language already: shown as it is.
+    assert '<li class="msg-error" role="status">esta concessão já foi revogada</li>' in page
+    assert AuditEvent.objects.filter(kind="grant.revoked").count() == 1
+
+
 def test_get_never_changes_state(rita, make_grant, agent):
     grant = make_grant()
     assert rita.get(reverse("approvals:grant-revoke", args=[grant.id])).status_code == 405

@@ -4,6 +4,7 @@ place), plan page (word diff, countdown, expiry), preview-again and edit revisio
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -46,27 +47,186 @@ def stale(plan: Plan) -> Plan:
 # --- permissions ---------------------------------------------------------------------------
 
 
+# Every page about one plan, with a request that would change something if it were let
+# through (the fingerprint is the plan's own, so a decision would count).
+PLAN_PAGES = [
+    ("approvals:plan-detail", "get", {}),
+    ("approvals:plan-edit", "get", {}),
+    ("approvals:plan-edit", "post", {"input-contact_id": "c-1001", "input-email": "a@b.example"}),
+    ("approvals:plan-decide", "post", {"decision": "approve"}),
+    ("approvals:plan-revoke", "post", {}),
+    ("approvals:plan-check", "post", {}),
+    ("approvals:plan-resolve", "post", {"state": "completed", "note": "seen upstream"}),
+    ("approvals:plan-preview-again", "post", {}),
+]
+PAGE_IDS = [f"{method}-{name.split(':')[1]}" for name, method, _ in PLAN_PAGES]
+
+
+def request(client, name: str, method: str, data: dict, plan_id, **extra):
+    url = reverse(name, args=[plan_id])
+    return getattr(client, method)(url, data if method == "post" else None, **extra)
+
+
+def footprint(plan: Plan) -> tuple:
+    """What any of these requests could change: the plan, its decisions, revisions, audit."""
+    plan.refresh_from_db()
+    return (
+        plan.status,
+        plan.approvals.count(),
+        Plan.objects.filter(revision_of=plan).count(),
+        AuditEvent.objects.count(),
+    )
+
+
+@pytest.mark.parametrize("name,method,data", PLAN_PAGES, ids=PAGE_IDS)
+def test_an_unknown_plan_is_404(rita, db, name, method, data):
+    response = request(rita, name, method, {"fingerprint": "0" * 64, **data}, uuid.uuid4())
+    assert response.status_code == 404
+    assert AuditEvent.objects.count() == 0
+
+
 @pytest.mark.parametrize(
-    "name,method",
+    "name,data",
     [
-        ("approvals:queue", "get"),
-        ("approvals:plan-detail", "get"),
-        ("approvals:plan-edit", "get"),
-        ("approvals:plan-edit", "post"),
-        ("approvals:plan-preview-again", "post"),
+        ("approvals:plan-resolve", {"state": "nonsense", "note": ""}),
+        ("approvals:plan-decide", {"decision": "maybe"}),
     ],
 )
-def test_outsiders_get_403(oscar, make_plan, name, method):
-    plan = make_plan()
-    url = reverse(name) if name == "approvals:queue" else reverse(name, args=[plan.id])
-    assert getattr(oscar, method)(url).status_code == 403
+def test_an_unknown_plan_is_404_even_when_the_input_is_refused_first(rita, db, name, data):
+    """These services check the input before they look the plan up."""
+    assert rita.post(reverse(name, args=[uuid.uuid4()]), data).status_code == 404
 
 
-def test_anonymous_is_sent_to_log_in(client, make_plan):
+@pytest.mark.parametrize("name,method,data", PLAN_PAGES, ids=PAGE_IDS)
+def test_outsiders_get_403_and_change_nothing(oscar, make_plan, name, method, data):
     plan = make_plan()
-    for url in (reverse("approvals:queue"), reverse("approvals:plan-edit", args=[plan.id])):
-        response = client.get(url)
-        assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    before = footprint(plan)
+    response = request(oscar, name, method, {"fingerprint": plan.fingerprint, **data}, plan.id)
+    assert response.status_code == 403
+    assert footprint(plan) == before
+
+
+@pytest.mark.parametrize("name,method,data", PLAN_PAGES, ids=PAGE_IDS)
+def test_anonymous_is_sent_to_log_in(client, make_plan, name, method, data):
+    plan = make_plan()
+    before = footprint(plan)
+    response = request(client, name, method, {"fingerprint": plan.fingerprint, **data}, plan.id)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login") + "?next=")
+    assert footprint(plan) == before
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["approvals:queue", "approvals:audit", "approvals:dashboard", "approvals:grants"],
+)
+def test_the_other_pages_are_for_reviewers_only(client, outsider, name):
+    response = client.get(reverse(name))
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    client.force_login(outsider)
+    assert client.get(reverse(name)).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "name,status,data,message",
+    [
+        (
+            "approvals:plan-decide",
+            PlanStatus.DENIED,
+            {"decision": "approve"},
+            "this plan is denied and can no longer be decided",
+        ),
+        (
+            "approvals:plan-revoke",
+            PlanStatus.AWAITING_APPROVAL,
+            {},
+            "only an approved plan can be revoked; this one is awaiting_approval",
+        ),
+        (
+            "approvals:plan-check",
+            PlanStatus.AWAITING_APPROVAL,
+            {},
+            "Only an unknown or pending outcome can be checked.",
+        ),
+        (
+            "approvals:plan-resolve",
+            PlanStatus.COMPLETED,
+            {"state": "rejected", "note": "seen upstream"},
+            "only an unknown outcome can be resolved; this one is completed",
+        ),
+        (
+            "approvals:plan-preview-again",
+            PlanStatus.AWAITING_APPROVAL,
+            {},
+            "only a stale plan can be previewed again; this one is awaiting_approval",
+        ),
+    ],
+    ids=lambda v: v.split(":")[1] if isinstance(v, str) and ":" in v else None,
+)
+def test_a_plan_in_the_wrong_state_goes_back_to_its_page_with_the_reason(
+    rita, make_plan, name, status, data, message
+):
+    plan = make_plan()
+    Plan.objects.filter(id=plan.id).update(status=status)
+    before = footprint(plan)
+    response = rita.post(reverse(name, args=[plan.id]), {"fingerprint": plan.fingerprint, **data})
+    assert response.status_code == 302 and response["Location"] == plan.get_absolute_url()
+    page = rita.get(response["Location"]).content.decode()
+    assert re.search(r'<li class="msg-error" role="status">([^<]*)</li>', page).group(1) == message
+    assert footprint(plan) == before
+
+
+@pytest.mark.parametrize(
+    "status,forms",
+    [
+        (PlanStatus.AWAITING_APPROVAL, {"decide"}),
+        (PlanStatus.APPROVED, {"revoke"}),
+        (PlanStatus.PENDING, {"check"}),
+        (PlanStatus.UNKNOWN, {"check", "resolve"}),
+        (PlanStatus.STALE, {"preview-again"}),
+        (PlanStatus.DENIED, set()),
+        (PlanStatus.COMPLETED, set()),
+    ],
+)
+def test_the_plan_page_offers_only_what_the_plans_state_allows(rita, make_plan, status, forms):
+    plan = make_plan()
+    Plan.objects.filter(id=plan.id).update(status=status)
+    page = rita.get(plan.get_absolute_url())
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert (
+        set(re.findall(rf'<form method="post" action="/plans/{plan.id}/([\w-]+)"', text)) == forms
+    )
+    assert (reverse("approvals:plan-edit", args=[plan.id]) in text) == ("decide" in forms)
+
+
+def test_the_edit_page_of_a_decided_plan_offers_no_form(rita, make_plan):
+    plan = make_plan()
+    Plan.objects.filter(id=plan.id).update(status=PlanStatus.DENIED)
+    page = rita.get(reverse("approvals:plan-edit", args=[plan.id]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "This plan is denied and can no longer be edited." in text
+    assert 'name="input-email"' not in text
+
+
+def test_resolving_an_unknown_outcome_through_the_page(rita, make_plan):
+    plan = make_plan()
+    Plan.objects.filter(id=plan.id).update(status=PlanStatus.UNKNOWN)
+    url = reverse("approvals:plan-resolve", args=[plan.id])
+    response = rita.post(url, {"state": "completed", "note": ""})
+    assert response.status_code == 302 and response["Location"] == plan.get_absolute_url()
+    assert "say what you found" in rita.get(response["Location"]).content.decode()
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.UNKNOWN
+
+    response = rita.post(url, {"state": "completed", "note": "the CRM shows the new email"})
+    assert response.status_code == 302
+    assert "Resolution recorded." in rita.get(response["Location"]).content.decode()
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.COMPLETED
+    event = AuditEvent.objects.get(plan=plan, kind="reconcile.resolved_by_person")
+    assert event.actor == "user:rita" and event.data["note"] == "the CRM shows the new email"
 
 
 def test_preview_again_only_allows_post(rita, make_plan):
@@ -287,14 +447,6 @@ def test_preview_again_refuses_a_plan_that_is_not_stale(rita, make_plan):
     response = rita.post(reverse("approvals:plan-preview-again", args=[plan.id]), follow=True)
     assert "only a stale plan can be previewed again" in response.content.decode()
     assert not Plan.objects.filter(revision_of=plan).exists()
-
-
-def test_preview_again_of_a_missing_plan_is_404(rita, db):
-    import uuid
-
-    assert (
-        rita.post(reverse("approvals:plan-preview-again", args=[uuid.uuid4()])).status_code == 404
-    )
 
 
 # --- edit, then approve -----------------------------------------------------------------

@@ -5,19 +5,13 @@ import secrets
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from actions.models import Action, Agent, Connector, Credential
 from actions.services import agent_create, credential_set
 from actions.tokens import new_token
-
-
-def ensure_reviewers_group() -> Group:
-    group, _ = Group.objects.get_or_create(name="reviewers")
-    group.permissions.add(Permission.objects.get(codename="review_plan"))
-    return group
+from approvals.services import reviewers_group_ensure
 
 
 class Command(BaseCommand):
@@ -44,7 +38,7 @@ class Command(BaseCommand):
             user.is_staff = True
             user.is_superuser = True
             user.save()
-            user.groups.add(ensure_reviewers_group())
+            user.groups.add(reviewers_group_ensure()[0])
             credential_set(
                 connector=conn,
                 role=Credential.Role.READ,
