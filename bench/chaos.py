@@ -845,7 +845,7 @@ machine's timing still differs).
   is lost) while approvals go on, restarted after 0.5–1.5 s; no worker is killed after
   it until those that were consuming have reconnected on their own (waiting at most
   {REDIS_RECONNECT:g} s).
-- {config.reconcile_kills} time(s), right after a plan goes `unknown`, every
+- {"Once" if config.reconcile_kills == 1 else f"{config.reconcile_kills} times"}, right after a plan goes `unknown`, every
   consuming worker is killed before that plan's reconciliation (due 2 s later) has run:
   its message dies unacknowledged with the worker, and only the sweeper, finding the
   look overdue in the database, brings it back.
