@@ -807,6 +807,8 @@ def markdown(fig: dict[str, Any], config: ChaosConfig, *, when: str, command: st
         ),
     ]
     table = "\n".join(f"| {label} | {value} |" for label, value in rows)
+    n = config.reconcile_kills
+    reconcile_kills = "Once" if n == 1 else f"{n} times"
     return _rewrap(f"""# Reliability: the chaos run
 
 Issue 5 asks that execution stay trustworthy when processes die at random. This page
@@ -845,7 +847,7 @@ machine's timing still differs).
   is lost) while approvals go on, restarted after 0.5–1.5 s; no worker is killed after
   it until those that were consuming have reconnected on their own (waiting at most
   {REDIS_RECONNECT:g} s).
-- {"Once" if config.reconcile_kills == 1 else f"{config.reconcile_kills} times"}, right after a plan goes `unknown`, every
+- {reconcile_kills}, right after a plan goes `unknown`, every
   consuming worker is killed before that plan's reconciliation (due 2 s later) has run:
   its message dies unacknowledged with the worker, and only the sweeper, finding the
   look overdue in the database, brings it back.
