@@ -9,6 +9,7 @@ Changes to connectors, credentials and agents are audited like everything else.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 from pathlib import PurePath
 from typing import Any
@@ -41,8 +42,11 @@ from .catalog import (
 from .export import definition_text
 from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential, VaultState
 
+log = logging.getLogger(__name__)
+
 CARD_FIELDS = ("effect", "scope", "result", "consent", "retry")
-MAX_OPENAPI_BYTES = 1024 * 1024
+# The importer's own limit (openapi_import.MAX_DOCUMENT_BYTES), the same on the command line.
+MAX_OPENAPI_BYTES = 16 * 1024 * 1024
 # The names agents' attributes may have: what a scope rule's ``equals_agent`` can name.
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -378,7 +382,7 @@ class ActionVersionInline(admin.TabularInline):
 
 class OpenAPIImportForm(forms.Form):
     connector = forms.ModelChoiceField(queryset=Connector.objects.order_by("name"))
-    file = forms.FileField(label="OpenAPI document (JSON or YAML, at most 1 MiB)")
+    file = forms.FileField(label="OpenAPI document (JSON or YAML, at most 16 MiB)")
     dry_run = forms.BooleanField(
         required=False,
         initial=True,
@@ -388,13 +392,16 @@ class OpenAPIImportForm(forms.Form):
 
     def clean_file(self):
         upload = self.cleaned_data["file"]
+        # Django has spooled a large upload to a temporary file, not to memory; only
+        # the limit plus one byte is ever read from it.
+        too_large = f"the file is larger than {MAX_OPENAPI_BYTES // 2**20} MiB"
         if upload.size > MAX_OPENAPI_BYTES:
-            raise ValidationError("the file is larger than 1 MiB")
+            raise ValidationError(too_large)
         raw = upload.read(MAX_OPENAPI_BYTES + 1)
         if len(raw) > MAX_OPENAPI_BYTES:
-            raise ValidationError("the file is larger than 1 MiB")
+            raise ValidationError(too_large)
         try:
-            self.cleaned_data["text"] = raw.decode("utf-8")
+            self.cleaned_data["text"] = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
             raise ValidationError("the file is not UTF-8 text") from None
         return upload
@@ -569,6 +576,13 @@ class ActionAdmin(admin.ModelAdmin):
                     )
                 except OpenAPIImportError as exc:
                     problems = list(exc.problems)
+                except Exception as exc:  # noqa: BLE001 - a refusal on the page, never a 500
+                    log.exception("OpenAPI import failed on an unexpected error")
+                    problems = [
+                        CatalogProblem(
+                            "", f"the import failed ({type(exc).__name__}); nothing was stored"
+                        )
+                    ]
         else:
             form = OpenAPIImportForm()
         context = {

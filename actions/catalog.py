@@ -89,11 +89,15 @@ def _refuse_aliases(text: str) -> None:
             )
 
 
-def parse_catalog_text(text: str, source: str, *, allow_aliases: bool = False) -> dict[str, Any]:
-    """Parse YAML strictly. ``allow_aliases`` is for callers that bound the document's
-    size themselves (the OpenAPI importer counts nodes)."""
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_CATALOG_BYTES:
-        raise CatalogError(source, [CatalogProblem("", "the file is larger than 2 MiB")])
+def parse_catalog_text(
+    text: str, source: str, *, allow_aliases: bool = False, max_bytes: int = MAX_CATALOG_BYTES
+) -> dict[str, Any]:
+    """Parse YAML strictly. ``allow_aliases`` and ``max_bytes`` are for callers that bound
+    the document's size themselves (the OpenAPI importer counts nodes)."""
+    if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise CatalogError(
+            source, [CatalogProblem("", f"the file is larger than {max_bytes // 2**20} MiB")]
+        )
     try:
         if not allow_aliases:
             _refuse_aliases(text)

@@ -17,25 +17,42 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import unquote
 
+import yaml
 from django.db import transaction
 from jsonschema import Draft202012Validator
 
 from .canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
-from .catalog import CatalogError, CatalogProblem, parse_catalog_text, validate_action_definition
+from .catalog import (
+    CatalogError,
+    CatalogProblem,
+    parse_catalog_text,
+    validate_action_definition,
+)
 from .models import Action, Connector
 
-MAX_TEXT_CHARS = 5_000_000
-# Bounds on the parsed document and on one operation's input schema: YAML aliases and
-# chains of $refs can make a small file expand enormously.
-MAX_DOCUMENT_NODES = 500_000
+# One limit for the command line and the admin upload: the largest public documents
+# (Stripe, OpenAI, PagerDuty, Twilio, Discord) are 1-7 MiB.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+# Bounds on the parsed document: YAML aliases and chains of $refs can make a small file
+# expand enormously, and a large one must not hold a process for minutes.
+MAX_DOCUMENT_NODES = 1_000_000
 MAX_DOCUMENT_DEPTH = 200
+MAX_REF_HOPS = 64  # $ref -> $ref -> ... before the target is a real object
+# Bounds on one operation's input schema.
 MAX_SCHEMA_DEPTH = 24
 MAX_SCHEMA_NODES = 5_000
+# Bounds on the whole import: schema nodes visited (converting, merging allOf, following
+# references) and seconds. Real documents need a few hundred thousand nodes at most.
+MAX_IMPORT_WORK = 3_000_000
+MAX_IMPORT_SECONDS = 20.0
+# libyaml's event parser when PyYAML was built with it (it also caps nesting at 1000).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 METHODS = ("get", "head", "post", "put", "patch", "delete", "options", "trace")
 WRITE_METHODS = {"post", "put", "patch", "delete"}
@@ -225,31 +242,128 @@ def _names(value: Any) -> list[str]:
 # --- the document ----------------------------------------------------------------------------
 
 
-def _parse(text: str, source: str) -> dict[str, Any]:
-    if len(text) > MAX_TEXT_CHARS:
-        raise OpenAPIImportError(
-            [CatalogProblem("", f"the document is larger than {MAX_TEXT_CHARS} characters")],
-            source,
+class _Exhausted(Exception):
+    """The document needs more work than an import may spend: refuse all of it."""
+
+    def __init__(self, pointer: str, message: str) -> None:
+        super().__init__(message)
+        self.pointer = pointer
+        self.message = message
+
+
+class _Budget:
+    """Work and time one import may spend, so that no document can hold a process.
+
+    Work is counted in schema nodes visited (converting, merging ``allOf`` parts,
+    following references); time is checked every few hundred units of work.
+    """
+
+    def __init__(self, work: int | None = None, seconds: float | None = None) -> None:
+        self.work = MAX_IMPORT_WORK if work is None else work
+        self.seconds = MAX_IMPORT_SECONDS if seconds is None else seconds
+        self.left = self.work
+        self.deadline = time.monotonic() + self.seconds
+        self._until_clock = 256
+
+    def spend(self, pointer: str, units: int = 1) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise _Exhausted(
+                pointer,
+                f"the document needs more than {self.work} schema nodes of work to import "
+                "(nested allOf, references used many times): refused",
+            )
+        self._until_clock -= units
+        if self._until_clock <= 0:
+            self._until_clock = 256
+            self.check_time(pointer)
+
+    def check_time(self, pointer: str = "") -> None:
+        if time.monotonic() > self.deadline:
+            raise _Exhausted(
+                pointer,
+                f"importing the document takes longer than {self.seconds:g} seconds: refused",
+            )
+
+
+# A JSON string, quotes and escapes included; possessive, so it never backtracks.
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"')
+_STARTS_JSON = re.compile(r"\s*[\[{]")
+
+
+def _parse(text: str, source: str, budget: _Budget) -> dict[str, Any]:
+    def refuse(message: str, pointer: str = "") -> NoReturn:
+        raise OpenAPIImportError([CatalogProblem(pointer, message)], source)
+
+    # Characters never outnumber bytes: encode only when the count alone cannot decide.
+    size = len(text)
+    if size * 4 > MAX_DOCUMENT_BYTES:
+        size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_DOCUMENT_BYTES:
+        refuse(
+            f"the document is {size / 2**20:.1f} MiB; at most "
+            f"{MAX_DOCUMENT_BYTES // 2**20} MiB is imported"
         )
-    if text.lstrip().startswith("{"):
-        try:
-            document = json.loads(text, object_pairs_hook=_no_duplicates)
-        except (ValueError, _DuplicateKey) as exc:
-            raise OpenAPIImportError(
-                [CatalogProblem("", f"not valid JSON: {exc}")], source
-            ) from None
-    else:
-        try:
-            document = parse_catalog_text(text, source, allow_aliases=True)
-        except CatalogError as exc:
-            raise OpenAPIImportError(exc.problems, source) from None
-    if not isinstance(document, dict):
-        raise OpenAPIImportError([CatalogProblem("", "the document must be a mapping")], source)
-    budget = [MAX_DOCUMENT_NODES]
+    too_large = (
+        f"the document has more than {MAX_DOCUMENT_NODES} values or is nested more than "
+        f"{MAX_DOCUMENT_DEPTH} levels deep: refused"
+    )
     try:
-        return _plain(document, "", 0, budget)
+        if _STARTS_JSON.match(text):
+            # Count the values before building them: a few megabytes of "[[],[],...]"
+            # would otherwise become hundreds of megabytes of lists.
+            bare = _JSON_STRING.sub("", text)
+            if bare.count(",") + bare.count("[") + bare.count("{") > MAX_DOCUMENT_NODES:
+                refuse(too_large)
+            del bare
+            try:
+                document = json.loads(text, object_pairs_hook=_no_duplicates)
+            except (ValueError, _DuplicateKey) as exc:
+                refuse(f"not valid JSON: {exc}")
+        else:
+            if not _yaml_within_bounds(text, budget):
+                refuse(too_large)
+            try:
+                document = parse_catalog_text(
+                    text, source, allow_aliases=True, max_bytes=MAX_DOCUMENT_BYTES
+                )
+            except CatalogError as exc:
+                raise OpenAPIImportError(exc.problems, source) from None
+    except RecursionError:
+        refuse(too_large)
+    if not isinstance(document, dict):
+        refuse("the document must be a mapping")
+    nodes = [MAX_DOCUMENT_NODES]
+    try:
+        return _plain(document, "", 0, nodes, budget)
     except _Refused as exc:
         raise OpenAPIImportError([CatalogProblem(exc.pointer, exc.message)], source) from None
+
+
+def _yaml_within_bounds(text: str, budget: _Budget) -> bool:
+    """Count YAML events before composing any node: composed nodes cost far more memory
+    than the text, and a flood of tiny ones is cheap to write. A document that is not
+    valid YAML passes here and is refused by the parser with its line and column."""
+    events = depth = 0
+    starts = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+    ends = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    try:
+        for event in yaml.parse(text, Loader=_YAML_LOADER):
+            events += 1
+            if isinstance(event, starts):
+                depth += 1
+                if depth > MAX_DOCUMENT_DEPTH:
+                    return False
+            elif isinstance(event, ends):
+                depth -= 1
+            # A key and its value are two events.
+            if events > 2 * MAX_DOCUMENT_NODES:
+                return False
+            if not events % 4096:
+                budget.check_time()
+    except yaml.YAMLError:
+        return True
+    return True
 
 
 class _DuplicateKey(ValueError):
@@ -265,31 +379,43 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _plain(value: Any, pointer: str, depth: int, budget: list[int]) -> Any:
+def _plain(value: Any, pointer: str, depth: int, nodes: list[int], budget: _Budget) -> Any:
     """A fresh tree of plain JSON values: string keys (YAML reads ``202:`` as an int),
     dates as ISO strings, no shared or recursive nodes, bounded in size."""
-    budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DOCUMENT_DEPTH:
-        raise _Refused(pointer, "the document is too large or nested too deeply")
+    nodes[0] -= 1
+    if nodes[0] < 0 or depth > MAX_DOCUMENT_DEPTH:
+        raise _Refused(
+            pointer if len(pointer) < 120 else pointer[:120] + "...",
+            f"the document has more than {MAX_DOCUMENT_NODES} values (YAML aliases "
+            f"included) or is nested more than {MAX_DOCUMENT_DEPTH} levels deep: refused",
+        )
+    if not nodes[0] % 4096:
+        budget.check_time(pointer)
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(key, bool) or not isinstance(key, str | int):
                 raise _Refused(pointer, f"key {key!r} is not a string; quote it")
             key = str(key)
-            out[key] = _plain(item, f"{pointer}/{escape_pointer_token(key)}", depth + 1, budget)
+            out[key] = _plain(
+                item, f"{pointer}/{escape_pointer_token(key)}", depth + 1, nodes, budget
+            )
         return out
     if isinstance(value, list):
-        return [_plain(v, f"{pointer}/{i}", depth + 1, budget) for i, v in enumerate(value)]
+        return [_plain(v, f"{pointer}/{i}", depth + 1, nodes, budget) for i, v in enumerate(value)]
     if isinstance(value, datetime | date):
         return value.isoformat()
     return value
 
 
 class _Document:
-    def __init__(self, root: dict[str, Any], source: str) -> None:
+    def __init__(self, root: dict[str, Any], source: str, budget: _Budget | None = None) -> None:
         self.root = root
         self.source = source
+        self.budget = budget or _Budget()
+        # allOf merges by the identity of the node merged (kept alive here, so an id is
+        # never reused): each schema is merged once, however often it is referenced.
+        self._merged: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._check_version()
         self._check_refs()
         self.is_30 = str(root["openapi"]).startswith("3.0")
@@ -321,8 +447,12 @@ class _Document:
         """
         problems: list[CatalogProblem] = []
         stack: list[tuple[Any, str]] = [(self.root, "")]
+        visited = 0
         while stack:
             node, pointer = stack.pop()
+            visited += 1
+            if not visited % 4096:
+                self.budget.check_time(pointer)
             if isinstance(node, dict):
                 for key, value in node.items():
                     here = f"{pointer}/{escape_pointer_token(key)}"
@@ -370,6 +500,7 @@ class _Document:
         self, node: Any, pointer: str, stack: tuple[str, ...] = ()
     ) -> tuple[Any, str, tuple[str, ...]]:
         """Follow ``$ref`` chains; siblings of a ``$ref`` (3.1) override the target."""
+        hops = 0
         while isinstance(node, dict) and isinstance(node.get("$ref"), str):
             ref = node["$ref"]
             if ref in stack:
@@ -378,6 +509,10 @@ class _Document:
                     f"recursive schema: {ref} refers back to itself; an action's input "
                     "must be finite",
                 )
+            hops += 1
+            if hops > MAX_REF_HOPS or len(stack) > MAX_REF_HOPS + MAX_SCHEMA_DEPTH:
+                raise _Refused(pointer, f"more than {MAX_REF_HOPS} references in a chain")
+            self.budget.spend(pointer)
             stack = (*stack, ref)
             target = self.resolve(ref)
             siblings = {k: v for k, v in node.items() if k != "$ref"}
@@ -389,7 +524,12 @@ class _Document:
         out = []
         for path, item in self.root["paths"].items():
             item_pointer = _ptr("paths", path)
-            item, _, _ = self.deref(item, item_pointer)
+            try:
+                item, _, _ = self.deref(item, item_pointer)
+            except _Refused as exc:
+                # A path item that refers back to itself (or to a chain too long) names
+                # no operation at all: say which one, never a bare exception name.
+                self._refuse(exc.pointer, f"path item {path!r}: {exc.message}")
             if not isinstance(item, dict):
                 continue
             shared = _list(item.get("parameters"))
@@ -534,15 +674,24 @@ class _SchemaConverter:
         self.warn = warn
         self.nodes = 0
 
-    def merge_all_of(self, node: dict[str, Any], pointer: str, stack: tuple[str, ...]) -> dict:
+    def merge_all_of(
+        self, node: dict[str, Any], pointer: str, stack: tuple[str, ...], depth: int = 0
+    ) -> dict:
         if not isinstance(node.get("allOf"), list):
             return node
+        cached = self.doc._merged.get(id(node))
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        if depth > MAX_SCHEMA_DEPTH:
+            raise _Refused(pointer, f"allOf nested more than {MAX_SCHEMA_DEPTH} levels deep")
+        self.doc.budget.spend(pointer, 1 + len(node["allOf"]))
         merged = {k: v for k, v in node.items() if k != "allOf"}
         for i, raw in enumerate(node["allOf"]):
             part, part_pointer, part_stack = self.doc.deref(raw, f"{pointer}/allOf/{i}", stack)
             if not isinstance(part, dict):
                 raise _Refused(part_pointer, "allOf parts must be schema objects")
-            part = self.merge_all_of(part, part_pointer, part_stack)
+            part = self.merge_all_of(part, part_pointer, part_stack, depth + 1)
+            self.doc.budget.spend(part_pointer, len(part))
             for key, value in part.items():
                 if key == "properties" and isinstance(value, dict):
                     merged["properties"] = {**_dict(merged.get("properties")), **value}
@@ -552,6 +701,7 @@ class _SchemaConverter:
                     )
                 else:
                     merged.setdefault(key, value)
+        self.doc._merged[id(node)] = (node, merged)
         return merged
 
     def convert(
@@ -566,7 +716,12 @@ class _SchemaConverter:
     ) -> dict[str, Any]:
         self.nodes += 1
         if self.nodes > MAX_SCHEMA_NODES or depth > MAX_SCHEMA_DEPTH:
-            raise _Refused(pointer, "the input schema is too large or nested too deeply")
+            raise _Refused(
+                pointer,
+                f"the input schema has more than {MAX_SCHEMA_NODES} nodes or is nested more "
+                f"than {MAX_SCHEMA_DEPTH} levels deep",
+            )
+        self.doc.budget.spend(pointer)
         node, pointer, stack = self.doc.deref(raw, pointer, stack)
         if node is True or node == {}:
             raise _FreeForm(pointer, "free-form (any value)")
@@ -1133,7 +1288,37 @@ def import_openapi(
     references outside the document, unknown connector). Single operations that cannot
     become a narrow action are listed in ``report.refused`` and not stored.
     """
-    doc = _Document(_parse(text, source_name), source_name)
+    budget = _Budget()
+    try:
+        return _import(
+            text,
+            budget,
+            connector=connector,
+            actor=actor,
+            source_name=source_name,
+            dry_run=dry_run,
+            create_connector=create_connector,
+        )
+    except _Exhausted as exc:
+        raise OpenAPIImportError([CatalogProblem(exc.pointer, exc.message)], source_name) from None
+    except RecursionError:
+        # Every walk is bounded in depth; this is the backstop, never a traceback.
+        raise OpenAPIImportError(
+            [CatalogProblem("", "the document is nested too deeply to import")], source_name
+        ) from None
+
+
+def _import(
+    text: str,
+    budget: _Budget,
+    *,
+    connector: str,
+    actor: str,
+    source_name: str,
+    dry_run: bool,
+    create_connector: bool,
+) -> ImportReport:
+    doc = _Document(_parse(text, source_name, budget), source_name, budget)
     report = ImportReport(connector=connector, source_name=source_name, dry_run=dry_run)
     for key in ("webhooks", "x-countersign"):
         if key in doc.root:
@@ -1142,6 +1327,7 @@ def import_openapi(
     drafts: list[_Draft] = []
     names: dict[str, str] = {}
     for op in proposer.operations:
+        budget.check_time(op.pointer)
         if op.method in ("get", "head"):
             report.reads.append(op.describe())
             continue
@@ -1192,7 +1378,7 @@ def import_openapi(
 
     with transaction.atomic():
         report.connector_created = _ensure_connector(doc, connector, create_connector)
-        accepted = _check_drafts(drafts, report)
+        accepted = _check_drafts(drafts, report, budget)
         if not dry_run:
             _store(accepted, actor=actor)
         stored_names = {p.name for p in report.proposed if p.stored in ("created", "updated")}
@@ -1239,12 +1425,13 @@ def _ensure_connector(doc: _Document, name: str, create: bool) -> bool:
 
 
 def _check_drafts(
-    drafts: list[_Draft], report: ImportReport
+    drafts: list[_Draft], report: ImportReport, budget: _Budget
 ) -> list[tuple[_Draft, ProposedAction]]:
     """Validate every proposal with the catalog's own checks; refuse what fails."""
     accepted = []
     existing = {a.name: a for a in Action.objects.filter(name__in=[d.name for d in drafts])}
     for draft in drafts:
+        budget.check_time(draft.op.pointer)
         problems = validate_action_definition(draft.name, draft.definition)
         if problems:
             report.refused.append(

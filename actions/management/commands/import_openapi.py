@@ -4,7 +4,12 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from actions.openapi_import import ImportReport, OpenAPIImportError, import_openapi
+from actions.openapi_import import (
+    MAX_DOCUMENT_BYTES,
+    ImportReport,
+    OpenAPIImportError,
+    import_openapi,
+)
 
 
 class Command(BaseCommand):
@@ -29,11 +34,21 @@ class Command(BaseCommand):
     def handle(self, *args, file: str, connector: str, dry_run: bool, **options):
         path = Path(file)
         try:
-            text = path.read_bytes().decode("utf-8-sig")
+            # At most the limit and one byte is read: a larger file is refused unread.
+            with path.open("rb") as handle:
+                raw = handle.read(MAX_DOCUMENT_BYTES + 1)
         except OSError as exc:
             raise CommandError(f"cannot read {file}: {exc.strerror}") from None
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise CommandError(
+                f"{file}: the document is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB; "
+                "nothing was imported"
+            )
+        try:
+            text = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
             raise CommandError(f"{file}: not UTF-8 text") from None
+        del raw
         try:
             report = import_openapi(
                 text,
