@@ -16,6 +16,7 @@ from jsonschema.exceptions import SchemaError
 from .canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .models import Action, Connector
 from .rules import rule_operator
+from .spec import pattern_problem
 
 SCHEMA_PATH = Path(__file__).with_name("catalog.schema.json")
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -212,6 +213,7 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         if "{" in leftover or "}" in leftover:
             problem(where, "unbalanced braces in path template")
     out.extend(_check_input_strictness(base, schema, path_fields=_path_fields(action)))
+    out.extend(_check_patterns(base, schema))
     card = action.get("card") or {}
     if action.get("enabled", True):
         for key in ("effect", "scope", "result", "consent", "retry"):
@@ -343,6 +345,44 @@ def _check_input_strictness(
             )
         )
     return out
+
+
+# Keywords whose values are data, not schemas: a "pattern" key inside them is no pattern.
+_DATA_KEYWORDS = {"enum", "const", "default", "examples", "example"}
+
+
+def _check_patterns(base: str, schema: Any, where: str = "/input_schema") -> list[CatalogProblem]:
+    """Every pattern must be one RE2 can match in linear time (spec.InputValidator uses
+    RE2); ``patternProperties`` are refused: the fields of an input are named."""
+    out: list[CatalogProblem] = []
+    stack: list[tuple[Any, str]] = [(schema, where)]
+    while stack:
+        node, here = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, f"{here}/{i}") for i, item in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        if isinstance(node.get("pattern"), str):
+            problem = pattern_problem(node["pattern"])
+            if problem:
+                out.append(
+                    CatalogProblem(
+                        f"{base}{here}/pattern",
+                        f"the pattern cannot be matched in linear time: {problem}",
+                    )
+                )
+        if "patternProperties" in node:
+            out.append(
+                CatalogProblem(
+                    f"{base}{here}/patternProperties",
+                    "patternProperties are not allowed: name every field an input may have",
+                )
+            )
+        for key, value in node.items():
+            if key not in _DATA_KEYWORDS and key not in ("pattern", "patternProperties"):
+                stack.append((value, f"{here}/{escape_pointer_token(key)}"))
+    return sorted(out, key=lambda p: p.pointer)
 
 
 def _version_source(action: dict[str, Any]) -> str:

@@ -20,8 +20,9 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from html.parser import HTMLParser
 from typing import Any, NoReturn
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import yaml
 from django.db import transaction
@@ -35,6 +36,7 @@ from .catalog import (
     validate_action_definition,
 )
 from .models import Action, Connector
+from .spec import pattern_problem
 
 # One limit for the command line and the admin upload: the largest public documents
 # (Stripe, OpenAI, PagerDuty, Twilio, Discord) are 1-7 MiB.
@@ -67,6 +69,7 @@ KINDS = ["create", "update", "replace", "delete", "invoke"]
 CLASSES = ["observation", "reversible", "external", "irreversible"]
 
 IDENTIFIER_PATTERN = "^[A-Za-z0-9_.-]{1,100}$"
+SAFE_INTEGER = 2**53 - 1
 DEFAULT_MAX_LENGTH = 200
 DEFAULT_MAX_ITEMS = 100
 # Verbs that say "something happens" without saying what: a summary built on one hides
@@ -211,12 +214,15 @@ class _Refused(Exception):
 
 
 class _FreeForm(Exception):
-    """A schema that accepts anything; the caller decides whether to drop or refuse it."""
+    """A value that cannot be offered to an agent (free-form, a URL, a pattern that is not
+    linear-time); the caller decides whether to drop it (optional) or refuse (required).
+    ``refusal`` is the message when it refuses the operation, if more than ``what``."""
 
-    def __init__(self, pointer: str, what: str) -> None:
+    def __init__(self, pointer: str, what: str, refusal: str = "") -> None:
         super().__init__(what)
         self.pointer = pointer
         self.what = what
+        self.refusal = refusal
 
 
 def _ptr(*tokens: str | int) -> str:
@@ -564,6 +570,11 @@ class _Operation:
     def describe(self) -> str:
         return f"{self.operation_id}: {self.label}" if self.operation_id else self.label
 
+    def text(self, key: str) -> str:
+        """The operation's summary or description as plain text (some are HTML)."""
+        value = self.node.get(key)
+        return plain_text(value) if isinstance(value, str) else ""
+
     def parameters(self) -> list[tuple[dict[str, Any], str]]:
         """Path-level parameters overridden by operation-level ones, references followed."""
         merged: dict[tuple[str, str], tuple[dict[str, Any], str]] = {}
@@ -612,6 +623,47 @@ def _is_json(media_type: str) -> bool:
     return base == "application/json" or base.endswith("+json")
 
 
+# --- text ----------------------------------------------------------------------------------
+
+_MARKUP = re.compile(r"<[A-Za-z/!]|&(?:#[0-9]{1,7}|#x[0-9A-Fa-f]{1,6}|[A-Za-z]{2,31});")
+_BLOCK_TAGS = {"p", "div", "br", "li", "ul", "ol", "tr", "table", "h1", "h2", "h3", "h4", "pre"}
+MAX_MARKUP_CHARS = 20_000  # what is kept of a text is far shorter; never parse more
+
+
+class _TextOnly(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+
+
+def plain_text(text: str) -> str:
+    """Summaries and descriptions as plain text: tags dropped, entities decoded, blank
+    lines between blocks. Text without markup is returned as it is (stripped)."""
+    text = text.strip()
+    if not _MARKUP.search(text[:MAX_MARKUP_CHARS]):
+        return text
+    parser = _TextOnly()
+    parser.feed(text[:MAX_MARKUP_CHARS])
+    parser.close()
+    lines = [" ".join(line.split()) for line in "".join(parser.parts).splitlines()]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out).strip()
+
+
 # --- naming and linting ----------------------------------------------------------------------
 
 
@@ -649,6 +701,19 @@ def _vague_verb(word: str) -> str:
 def _is_url_name(name: str) -> bool:
     snake = snake_case(name)
     return snake in URL_NAMES or snake.endswith(URL_SUFFIXES) or snake in {"callback_url"}
+
+
+_PATH_LITERAL = re.compile(r"%(?![0-9A-Fa-f]{2})|[^A-Za-z0-9_.~/%-]")
+
+
+def _encode_path_literals(path: str) -> str:
+    """Percent-encode what a catalog path template does not take raw (``/users/@me`` ->
+    ``/users/%40me``); the ``{field}`` placeholders are left as they are."""
+    parts = re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", path)
+    return "".join(
+        part if i % 2 else _PATH_LITERAL.sub(lambda m: quote(m.group(0), safe=""), part)
+        for i, part in enumerate(parts)
+    )
 
 
 def _identifier(name: str) -> str:
@@ -728,14 +793,19 @@ class _SchemaConverter:
         if not isinstance(node, dict):
             raise _Refused(pointer, f"{name!r}: not a usable schema")
         node = self.merge_all_of(node, pointer, stack)
+        node, pointer, stack, nullable = self._unwrap_nullable(node, pointer, stack)
         fmt = node.get("format")
         if isinstance(fmt, str) and fmt.lower() in URL_FORMATS:
-            raise _Refused(
+            raise _FreeForm(
                 pointer,
-                f"{name!r} is a URL (format {fmt}): a URL an agent chooses makes the "
+                f"a URL (format {fmt})",
+                refusal=f"{name!r} is a URL (format {fmt}): a URL an agent chooses makes the "
                 "action a generic passthrough",
             )
         out: dict[str, Any] = {k: node[k] for k in SCHEMA_KEYWORDS if k in node}
+        for key in ("description", "title"):
+            if isinstance(out.get(key), str):
+                out[key] = plain_text(out[key])[:2000]
         types = self._types(node)
         if self.doc.is_30:
             for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
@@ -743,11 +813,12 @@ class _SchemaConverter:
                     out.pop(bound)
                     if node[bound] and limit in node:
                         out[bound] = out.pop(limit)
-            if node.get("nullable") is True:
-                if types and "null" not in types:
-                    types.append("null")
-                if isinstance(out.get("enum"), list) and None not in out["enum"]:
-                    out["enum"] = [*out["enum"], None]
+        if nullable:
+            if types and "null" not in types:
+                types.append("null")
+            if isinstance(out.get("enum"), list) and None not in out["enum"]:
+                out["enum"] = [*out["enum"], None]
+        self._safe_bounds(out, pointer, name)
         for combinator in ("oneOf", "anyOf"):
             if isinstance(node.get(combinator), list):
                 variants = []
@@ -773,6 +844,15 @@ class _SchemaConverter:
             out = {"type": types[0] if len(types) == 1 else types, **out}
         if "string" in types:
             self._bound_string(out, pointer, name, identifier=identifier)
+        if isinstance(out.get("pattern"), str):
+            problem = pattern_problem(out["pattern"])
+            if problem:
+                raise _FreeForm(
+                    pointer,
+                    f"a string whose pattern cannot be checked in linear time ({problem})",
+                    refusal=f"{name!r}: its pattern {out['pattern']!r} cannot be checked in "
+                    f"linear time ({problem})",
+                )
         if "array" in types:
             if "items" not in node:
                 raise _FreeForm(pointer, "an array of anything")
@@ -781,7 +861,9 @@ class _SchemaConverter:
                     node["items"], f"{pointer}/items", name=name, stack=stack, depth=depth + 1
                 )
             except _FreeForm as exc:
-                raise _FreeForm(exc.pointer, f"an array of {exc.what} values") from None
+                raise _FreeForm(
+                    exc.pointer, f"an array of {exc.what} values", refusal=exc.refusal
+                ) from None
             if "maxItems" not in out and not any(k in out for k in ("enum", "const")):
                 out["maxItems"] = DEFAULT_MAX_ITEMS
                 self.warn(pointer, f"{name!r}: no maxItems; proposed {DEFAULT_MAX_ITEMS}")
@@ -796,10 +878,75 @@ class _SchemaConverter:
                     "are refused, never passed on)",
                 )
             out["properties"], required = self.properties(node, pointer, stack=stack, depth=depth)
+            if not out["properties"]:
+                raise _FreeForm(pointer, "an object none of whose fields can be offered")
             if required:
                 out["required"] = required
             out["additionalProperties"] = False
         return out
+
+    def _unwrap_nullable(
+        self, node: dict[str, Any], pointer: str, stack: tuple[str, ...]
+    ) -> tuple[dict[str, Any], str, tuple[str, ...], bool]:
+        """One schema that may also be null, however the document says so: 3.0's
+        ``nullable: true``, 3.1's ``type: [T, "null"]`` (left to ``_types``), or
+        ``anyOf``/``oneOf`` of a schema and ``{type: "null"}``."""
+        nullable = node.get("nullable") is True
+        for combinator in ("anyOf", "oneOf"):
+            variants = node.get(combinator)
+            if not isinstance(variants, list) or len(variants) < 2:
+                continue
+            resolved = []
+            for i, raw in enumerate(variants):
+                resolved.append(self.doc.deref(raw, f"{pointer}/{combinator}/{i}", stack))
+            nulls = [r for r in resolved if _is_null_schema(r[0])]
+            if not nulls:
+                continue
+            rest = [r for r in resolved if not _is_null_schema(r[0])]
+            if len(rest) != 1:
+                # Several shapes and null: keep the alternatives, allow null among them.
+                node = {**node, combinator: [r[0] for r in rest] + [{"type": "null"}]}
+                return node, pointer, stack, nullable
+            inner, inner_pointer, inner_stack = rest[0]
+            if not isinstance(inner, dict):
+                return node, pointer, stack, nullable
+            inner = self.merge_all_of(inner, inner_pointer, inner_stack)
+            outer = {k: v for k, v in node.items() if k not in (combinator, "nullable")}
+            # The alternative's own keywords win; the outer description or bounds stay.
+            merged = {**outer, **inner}
+            return merged, inner_pointer, inner_stack, True
+        return node, pointer, stack, nullable
+
+    def _safe_bounds(self, out: dict[str, Any], pointer: str, name: str) -> None:
+        """Numeric bounds beyond what JSON numbers carry exactly (±2**53-1) are tightened to
+        that range: the catalog keeps big numbers as strings, and a tighter bound never
+        admits anything the document refuses."""
+        for key, limit in (
+            ("maximum", SAFE_INTEGER),
+            ("exclusiveMaximum", SAFE_INTEGER),
+            ("minimum", -SAFE_INTEGER),
+            ("exclusiveMinimum", -SAFE_INTEGER),
+        ):
+            value = out.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if abs(value) > SAFE_INTEGER:
+                out[key] = limit
+                self.warn(
+                    pointer,
+                    f"{name!r}: {key} {value} is beyond what JSON numbers carry exactly; "
+                    f"tightened to {limit}",
+                )
+        for key in ("enum", "const", "default"):
+            values = out.get(key) if key == "enum" else [out.get(key)]
+            if isinstance(values, list) and any(
+                isinstance(v, int) and not isinstance(v, bool) and abs(v) > SAFE_INTEGER
+                for v in values
+            ):
+                raise _FreeForm(
+                    pointer,
+                    f"a number beyond what JSON numbers carry exactly ({key})",
+                )
 
     def _types(self, node: dict[str, Any]) -> list[str]:
         raw = node.get("type")
@@ -842,6 +989,10 @@ class _SchemaConverter:
         depth: int,
         skip: set[str] | None = None,
     ) -> tuple[dict[str, Any], list[str]]:
+        """The fields that can be offered. One that cannot (free-form, a URL, a pattern
+        that is not linear-time) is dropped with a warning when it is optional; when it
+        is required, so is the object holding it, up to the body, whose operation is then
+        refused."""
         required_in = _names(node.get("required"))
         out: dict[str, Any] = {}
         for prop, raw in _dict(node.get("properties")).items():
@@ -851,13 +1002,14 @@ class _SchemaConverter:
             peek, _, _ = self.doc.deref(raw, prop_pointer, stack)
             if isinstance(peek, dict) and peek.get("readOnly") is True:
                 continue  # set by the server: never an input
-            if _is_url_name(prop):
-                raise _Refused(
-                    prop_pointer,
-                    f"{prop!r} names a URL: a URL an agent chooses makes the action a "
-                    "generic passthrough",
-                )
             try:
+                if _is_url_name(prop):
+                    raise _FreeForm(
+                        prop_pointer,
+                        "a URL (by its name)",
+                        refusal=f"{prop!r} names a URL: a URL an agent chooses makes the "
+                        "action a generic passthrough",
+                    )
                 out[prop] = self.convert(
                     raw,
                     prop_pointer,
@@ -867,14 +1019,28 @@ class _SchemaConverter:
                     identifier=_looks_like_id(prop),
                 )
             except _FreeForm as exc:
-                if prop in required_in:
+                if prop not in required_in:
+                    self.warn(exc.pointer, f"optional field {prop!r} is {exc.what}: not offered")
+                    continue
+                if depth == 0:
                     raise _Refused(
                         exc.pointer,
-                        f"required field {prop!r} is {exc.what}: a generic passthrough",
+                        exc.refusal
+                        or f"required field {prop!r} is {exc.what}: a generic passthrough",
                     ) from None
-                self.warn(exc.pointer, f"optional field {prop!r} is {exc.what}: not offered")
+                raise _FreeForm(
+                    exc.pointer,
+                    f"an object whose required field {prop!r} is {exc.what}",
+                    refusal=exc.refusal,
+                ) from None
         required = [r for r in required_in if r in out]
         return out, required
+
+
+def _is_null_schema(node: Any) -> bool:
+    return isinstance(node, dict) and (
+        node.get("type") == "null" or node.get("type") == ["null"] or node.get("enum") == [None]
+    )
 
 
 _ID_NAME = re.compile(r"(^id$|_id$|Id$)")
@@ -986,7 +1152,9 @@ class _Proposer:
                     properties[input_name] = converter.convert(
                         schema, f"{pointer}/schema", name=input_name, identifier=True
                     )
-                except _FreeForm:
+                except _FreeForm as exc:
+                    if exc.refusal:  # a URL, a pattern that is not linear-time
+                        raise _Refused(exc.pointer, exc.refusal) from None
                     properties[input_name] = converter.convert(
                         {"type": "string"}, f"{pointer}/schema", name=input_name, identifier=True
                     )
@@ -1042,7 +1210,7 @@ class _Proposer:
             "consequence_class": consequence_class,
             "enabled": False,
         }
-        description = str(op.node.get("description") or "").strip()
+        description = op.text("description")
         if description:
             definition["description"] = description[:2000]
         definition["card"] = self._card(op, xc, warn)
@@ -1051,6 +1219,14 @@ class _Proposer:
             input_schema["required"] = list(dict.fromkeys(required))
         input_schema["properties"] = properties
         definition["input_schema"] = input_schema
+        encoded = _encode_path_literals(target)
+        if encoded != target:
+            warn(
+                op.pointer,
+                f"the path is sent percent-encoded ({encoded}): characters such as '@' or "
+                "':' are not used raw in catalog paths; check the upstream accepts it",
+            )
+            target = encoded
         definition["target"] = target
 
         write: dict[str, Any] = {"method": method.upper()}
@@ -1107,7 +1283,7 @@ class _Proposer:
         )
 
     def _title(self, op: _Operation, name: str, warn) -> str:
-        summary = str(op.node.get("summary") or "").strip().splitlines()
+        summary = op.text("summary").splitlines()
         title = summary[0].strip() if summary else ""
         if not title:
             warn(op.pointer, "no summary: the title was derived from the name; say what changes")
@@ -1123,8 +1299,8 @@ class _Proposer:
         return title[:200]
 
     def _card(self, op: _Operation, xc: dict[str, Any], warn) -> dict[str, str]:
-        summary = str(op.node.get("summary") or "").strip()
-        description = str(op.node.get("description") or "").strip()
+        summary = op.text("summary")
+        description = op.text("description")
         effect = summary or re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0]
         card = {"effect": effect[:500], "scope": "", "result": "", "consent": "", "retry": ""}
         card.update(xc.get("card") or {})
@@ -1198,6 +1374,8 @@ class _Proposer:
         props, required = converter.properties(
             schema, schema_pointer, stack=stack, depth=0, skip=skip
         )
+        if not props and any(name not in skip for name in schema["properties"]):
+            raise _Refused(schema_pointer, "none of the request body's fields can be offered")
         return props, required, chosen, True
 
     def _version(

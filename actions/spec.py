@@ -10,16 +10,83 @@ evaluated: free text never selects a resource, a method or a host.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from jsonschema import Draft202012Validator
+import re2
+from jsonschema import Draft202012Validator, ValidationError, validators
 
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ABSENT = object()
+
+
+# --- patterns --------------------------------------------------------------------------
+#
+# An agent's input is checked against patterns written in catalogs or imported from
+# OpenAPI documents. Python's ``re`` backtracks: ``^(a+)+$`` takes seconds on thirty
+# characters and doubles with each one more. RE2 matches in time linear in the input,
+# whatever the pattern; it refuses what it cannot do that way (backreferences,
+# lookaround), and so does the catalog loader, before any input is seen.
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused pattern is reported to the caller, not to stderr
+MAX_PATTERN_CHARS = 1000
+
+
+class PatternError(ValueError):
+    pass
+
+
+@functools.lru_cache(maxsize=2048)
+def compile_pattern(pattern: str):
+    """The RE2 program for a JSON Schema pattern (searched, not anchored, as JSON Schema
+    says). Raises PatternError when RE2 cannot take it."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise PatternError(f"longer than {MAX_PATTERN_CHARS} characters")
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise PatternError(f"RE2 refuses it: {reason}") from None
+
+
+def pattern_problem(pattern: str) -> str:
+    """Why a pattern cannot be used for input validation, or ``""``."""
+    try:
+        compile_pattern(pattern)
+    except PatternError as exc:
+        return str(exc)
+    return ""
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not compile_pattern(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator, patterns, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        program = compile_pattern(pattern)
+        for key, value in instance.items():
+            if program.search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+# Draft 2020-12 with every pattern matched by RE2. (``additionalProperties`` and
+# ``unevaluatedProperties`` would match ``patternProperties`` with ``re``; the catalog
+# refuses ``patternProperties`` in input schemas, so they never do.)
+InputValidator = validators.extend(
+    Draft202012Validator,
+    {"pattern": _pattern, "patternProperties": _pattern_properties},
+)
 
 
 class TemplateError(ValueError):
@@ -177,9 +244,7 @@ class ActionSpec:
     # --- input -----------------------------------------------------------------
 
     def input_validator(self) -> Draft202012Validator:
-        return Draft202012Validator(
-            self.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
-        )
+        return InputValidator(self.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
     # --- templates ---------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -607,13 +608,21 @@ def test_json_documents_are_accepted(api):
         ),
         (
             json_body(
-                {"type": "object", "properties": {"link": {"type": "string", "format": "url"}}}
+                {
+                    "type": "object",
+                    "required": ["link"],
+                    "properties": {"link": {"type": "string", "format": "url"}},
+                }
             ),
             "'link' is a URL (format url)",
         ),
         (
             json_body(
-                {"type": "object", "properties": {"endpoint": {"type": "string", "maxLength": 9}}}
+                {
+                    "type": "object",
+                    "required": ["endpoint"],
+                    "properties": {"endpoint": {"type": "string", "maxLength": 9}},
+                }
             ),
             "'endpoint' names a URL",
         ),
@@ -994,3 +1003,170 @@ def test_the_command_refuses_whole_documents_without_a_traceback(api, tmp_path):
     with pytest.raises(CommandError, match="unknown connector 'nope'"):
         call(str(DOCS / "crm.yaml"), "--connector", "nope")
     assert Action.objects.count() == 0
+
+
+# --- documents as they are: 3.1 nullability, optional URLs, '@' paths, HTML -----------------
+
+
+def test_chat_api(api):
+    report = run("chat", dry_run=True)
+
+    assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
+        "create_message": ("invoke", "external"),
+        "update_message": ("update", "reversible"),
+        "delete_message": ("delete", "irreversible"),
+        "create_scheduled_event": ("invoke", "external"),
+        "update_my_user": ("update", "reversible"),
+    }
+    # A required URL still refuses its operation.
+    assert refused(report) == {
+        "POST /webhooks/{webhook_id}": "'target_url' names a URL: a URL an agent chooses "
+        "makes the action a generic passthrough"
+    }
+
+    create = report.action("create_message")
+    properties = create.definition["input_schema"]["properties"]
+    # Null, three ways, comes out one way: a null type beside the real one.
+    assert properties["tts"] == {"type": ["boolean", "null"]}
+    assert properties["message_reference"] == {
+        "type": ["object", "null"],
+        "properties": {
+            "message_id": {"type": "string", "pattern": "^(0|[1-9][0-9]{0,19})$", "maxLength": 200}
+        },
+        "required": ["message_id"],
+        "additionalProperties": False,
+    }
+    # The optional URL inside each embed is dropped; the embed itself is offered.
+    embed = properties["embeds"]["items"]
+    assert set(embed["properties"]) == {"title", "color"}
+    assert properties["embeds"]["type"] == ["array", "null"]
+    assert has_warning(create, "optional field 'url' is a URL (by its name): not offered")
+    # HTML descriptions become plain text, on the card and in the description.
+    assert create.definition["description"] == ("Posts a message. The content is shown as written.")
+
+    update = report.action("update_message")
+    assert update.definition["input_schema"]["properties"]["content"] == {
+        "type": ["string", "null"],
+        "maxLength": 2000,
+    }
+    # A bound past 2**53 - 1 is tightened (never loosened) and said.
+    assert update.definition["input_schema"]["properties"]["flags"] == {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "maximum": 2**53 - 1,
+    }
+    assert has_warning(update, "'flags': maximum 18446744073709551615 is beyond")
+
+    event = report.action("create_scheduled_event")
+    assert set(event.definition["input_schema"]["properties"]) == {"guild_id", "name", "starts_at"}
+    assert has_warning(event, "optional field 'conference_url' is a URL (by its name): not offered")
+
+    me = report.action("update_my_user")
+    assert me.definition["target"] == "/users/%40me"
+    assert me.definition["read"] == {"path": "/users/%40me"}
+    assert has_warning(me, "the path is sent percent-encoded (/users/%40me)")
+    # 3.0's nullable in a 3.1 document means what it says there too.
+    assert me.definition["input_schema"]["properties"]["global_name"] == {
+        "type": ["string", "null"],
+        "maxLength": 32,
+    }
+    for proposed in report.proposed:
+        assert validate_action_definition(proposed.name, proposed.definition) == []
+
+
+@pytest.mark.parametrize(
+    "nullable",
+    [
+        {"type": "string", "maxLength": 40, "nullable": True},
+        {"type": ["string", "null"], "maxLength": 40},
+        {"anyOf": [{"type": "string", "maxLength": 40}, {"type": "null"}]},
+        {"oneOf": [{"type": "null"}, {"type": "string", "maxLength": 40}]},
+    ],
+)
+@pytest.mark.parametrize("version", ["3.0.3", "3.1.0"])
+def test_null_is_read_alike_however_it_is_written(api, nullable, version):
+    if version.startswith("3.0") and isinstance(nullable.get("type"), list):
+        nullable = {"type": "string", "maxLength": 40, "nullable": True}
+    body = {"type": "object", "properties": {"nickname": nullable}}
+    report = run(mini(contact_patch(body), version=version), dry_run=True)
+    schema = report.action("update_contact_email").definition["input_schema"]
+    assert schema["properties"]["nickname"] == {"type": ["string", "null"], "maxLength": 40}
+
+
+def test_an_optional_url_is_dropped_and_a_required_one_refuses(api):
+    optional = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string", "maxLength": 254},
+            "homepage": {"type": "string", "format": "uri", "maxLength": 300},
+        },
+    }
+    action = run(mini(contact_patch(optional)), dry_run=True).action("update_contact_email")
+    assert set(action.definition["input_schema"]["properties"]) == {"contact_id", "email"}
+    assert has_warning(action, "optional field 'homepage' is a URL (format uri): not offered")
+
+    # A required URL inside an optional object drops the object, not the operation...
+    nested = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string", "maxLength": 254},
+            "link": {
+                "type": "object",
+                "required": ["href"],
+                "properties": {"href": {"type": "string"}, "label": {"type": "string"}},
+            },
+        },
+    }
+    action = run(mini(contact_patch(nested)), dry_run=True).action("update_contact_email")
+    assert "link" not in action.definition["input_schema"]["properties"]
+    assert has_warning(
+        action, "optional field 'link' is an object whose required field 'href' is a URL"
+    )
+
+    # ...and inside a required one, the operation.
+    nested["required"] = ["link"]
+    report = run(mini(contact_patch(nested)), dry_run=True)
+    assert "'href' names a URL" in refused(report)["PATCH /contacts/{contact_id}"]
+
+
+def test_a_body_whose_fields_are_all_dropped_is_refused(api):
+    body = {"type": "object", "properties": {"homepage": {"type": "string", "format": "uri"}}}
+    report = run(mini(contact_patch(body)), dry_run=True)
+    assert refused(report)["PATCH /contacts/{contact_id}"] == (
+        "none of the request body's fields can be offered"
+    )
+
+
+def test_patterns_that_are_not_linear_time_drop_or_refuse_their_field(api):
+    # RE2 takes the classic catastrophic pattern (it matches it in linear time)...
+    catastrophic = {"type": "string", "pattern": "^(a+)+$", "maxLength": 100}
+    # ...but not a backreference: no linear-time engine can.
+    backreference = {"type": "string", "pattern": "^(a+)\\1$", "maxLength": 100}
+    body = {"type": "object", "properties": {"code": catastrophic, "echo": backreference}}
+    action = run(mini(contact_patch(body)), dry_run=True).action("update_contact_email")
+    assert action.definition["input_schema"]["properties"]["code"]["pattern"] == "^(a+)+$"
+    assert "echo" not in action.definition["input_schema"]["properties"]
+    assert has_warning(action, "optional field 'echo' is a string whose pattern cannot be checked")
+
+    body["required"] = ["echo"]
+    report = run(mini(contact_patch(body)), dry_run=True)
+    assert (
+        "'echo': its pattern '^(a+)\\\\1$' cannot be checked in linear time"
+        in (refused(report)["PATCH /contacts/{contact_id}"])
+    )
+
+
+def test_an_imported_catastrophic_pattern_validates_input_in_milliseconds(api):
+    from actions.spec import ActionSpec
+
+    body = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "^(a+)+$", "maxLength": 100}},
+    }
+    action = run(mini(contact_patch(body)), dry_run=True).action("update_contact_email")
+    spec = ActionSpec.from_definition("update_contact_email", action.definition)
+    validator = spec.input_validator()
+    started = time.monotonic()
+    errors = list(validator.iter_errors({"contact_id": "c-1", "code": "a" * 26 + "!"}))
+    assert time.monotonic() - started < 0.05
+    assert [e.message for e in errors] == [f"'{'a' * 26}!' does not match '^(a+)+$'"]
