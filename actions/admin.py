@@ -383,6 +383,23 @@ class ActionVersionInline(admin.TabularInline):
 class OpenAPIImportForm(forms.Form):
     connector = forms.ModelChoiceField(queryset=Connector.objects.order_by("name"))
     file = forms.FileField(label="OpenAPI document (JSON or YAML, at most 16 MiB)")
+    prefix = forms.RegexField(
+        regex=r"^[a-z][a-z0-9_]{0,31}$",
+        required=False,
+        help_text="Put before every proposed name (names are unique in the catalog): stripe_",
+    )
+    only = forms.CharField(
+        required=False,
+        max_length=5000,
+        label="Only operations",
+        help_text="operationIds, comma-separated; empty for all.",
+    )
+    tag = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="Only tags",
+        help_text="Operations with one of these tags, comma-separated; empty for all.",
+    )
     dry_run = forms.BooleanField(
         required=False,
         initial=True,
@@ -573,6 +590,9 @@ class ActionAdmin(admin.ModelAdmin):
                         actor=user_actor(request.user),
                         source_name=PurePath(form.cleaned_data["file"].name).name[:200],
                         dry_run=dry_run,
+                        prefix=form.cleaned_data["prefix"],
+                        only=_csv(form.cleaned_data["only"]),
+                        tags=_csv(form.cleaned_data["tag"]),
                     )
                 except OpenAPIImportError as exc:
                     problems = list(exc.problems)
@@ -598,6 +618,10 @@ class ActionAdmin(admin.ModelAdmin):
             "changelist_url": reverse("admin:actions_action_changelist"),
         }
         return TemplateResponse(request, "admin/actions/action/import_openapi.html", context)
+
+
+def _csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _importer_available() -> bool:

@@ -166,6 +166,8 @@ class ProposedAction:
     # "created" | "updated" | "unchanged"; None for a dry run or when not stored.
     stored: str | None = None
     class_source: str = "method"  # "method" | "x-countersign"
+    # The class the method implies, when the document declared a lower one.
+    class_lowered_from: str = ""
     status_operation: str = ""  # "getDeployment: GET /deployments/{id}"
     definition: dict[str, Any] = field(default_factory=dict)
     pointer: str = ""
@@ -1072,6 +1074,7 @@ class _Draft:
     kind: str
     consequence_class: str
     class_source: str
+    class_lowered_from: str
     definition: dict[str, Any]
     warnings: list[dict[str, str]]
     status_operation: str
@@ -1091,9 +1094,10 @@ def _x_countersign(op: _Operation) -> dict[str, Any]:
 
 
 class _Proposer:
-    def __init__(self, doc: _Document, connector: str) -> None:
+    def __init__(self, doc: _Document, connector: str, prefix: str = "") -> None:
         self.doc = doc
         self.connector = connector
+        self.prefix = prefix
         ops = doc.operations()
         self.operations = ops
         self.gets_by_path = {op.path: op for op in ops if op.method == "get"}
@@ -1113,6 +1117,8 @@ class _Proposer:
             name = xc["name"]
         elif not from_id:
             warn(op.pointer, f"no operationId: the name {name!r} was derived from the path")
+        if self.prefix:
+            name = (self.prefix + name)[:64].rstrip("_-")
         method = op.method
         get_op = self.gets_by_path.get(op.path)
         kind = xc.get("kind") or DEFAULT_KIND[method]
@@ -1129,8 +1135,34 @@ class _Proposer:
                 "shows the request, not a before/after)",
             )
             kind = "invoke"
-        consequence_class = xc.get("class") or DEFAULT_CLASS[method]
+        implied = DEFAULT_CLASS[method]
+        if kind == "invoke" and method in ("put", "patch"):
+            # Nothing is read, so nothing shows what the change replaces, and nothing here
+            # could put it back: as consequential as any other command that is sent.
+            implied = "external"
+            if "class" not in xc:
+                warn(
+                    op.pointer,
+                    f"proposed external, not reversible: with no GET {op.path} the change "
+                    "is not previewed against the current state and cannot be undone from "
+                    "what Countersign knows",
+                )
+        consequence_class = xc.get("class") or implied
         class_source = "x-countersign" if "class" in xc else "method"
+        class_lowered_from = ""
+        if consequence_class == "observation":
+            raise _Refused(
+                f"{op.pointer}/x-countersign/class",
+                f"x-countersign declares a {method.upper()} an observation: a write is never "
+                "an observation (the lowest class for a write is reversible)",
+            )
+        if CLASSES.index(consequence_class) < CLASSES.index(implied):
+            class_lowered_from = implied
+            warn(
+                f"{op.pointer}/x-countersign/class",
+                f"the document lowers the class from {implied} (what a {method.upper()} "
+                f"{kind} implies) to {consequence_class}: an admin confirms it before enabling",
+            )
         if op.node.get("deprecated") is True:
             warn(op.pointer, "the operation is deprecated")
 
@@ -1277,6 +1309,7 @@ class _Proposer:
             kind=kind,
             consequence_class=consequence_class,
             class_source=class_source,
+            class_lowered_from=class_lowered_from,
             definition=definition,
             warnings=warnings,
             status_operation=status,
@@ -1459,8 +1492,15 @@ def import_openapi(
     source_name: str = "<upload>",
     dry_run: bool = False,
     create_connector: bool = False,
+    prefix: str = "",
+    only: list[str] | None = None,
+    tags: list[str] | None = None,
 ) -> ImportReport:
     """Propose one disabled action per write operation; store them all or none.
+
+    ``prefix`` is put before every proposed name (names are unique in the catalog, and
+    two APIs often use the same ones); ``only`` (operationIds) and ``tags`` select the
+    operations considered.
 
     Raises OpenAPIImportError when the document as a whole is refused (not OpenAPI 3,
     references outside the document, unknown connector). Single operations that cannot
@@ -1476,6 +1516,9 @@ def import_openapi(
             source_name=source_name,
             dry_run=dry_run,
             create_connector=create_connector,
+            prefix=prefix,
+            only=only,
+            tags=tags,
         )
     except _Exhausted as exc:
         raise OpenAPIImportError([CatalogProblem(exc.pointer, exc.message)], source_name) from None
@@ -1495,16 +1538,24 @@ def _import(
     source_name: str,
     dry_run: bool,
     create_connector: bool,
+    prefix: str,
+    only: list[str] | None,
+    tags: list[str] | None,
 ) -> ImportReport:
+    if prefix and not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", prefix):
+        raise OpenAPIImportError(
+            [CatalogProblem("", f"prefix {prefix!r}: lowercase letters, digits and _ only")],
+            source_name,
+        )
     doc = _Document(_parse(text, source_name, budget), source_name, budget)
     report = ImportReport(connector=connector, source_name=source_name, dry_run=dry_run)
     for key in ("webhooks", "x-countersign"):
         if key in doc.root:
             report.warnings.append(_problem(f"/{key}", f"{key} at the top level is not imported"))
-    proposer = _Proposer(doc, connector)
+    proposer = _Proposer(doc, connector, prefix)
     drafts: list[_Draft] = []
     names: dict[str, str] = {}
-    for op in proposer.operations:
+    for op in _selected(doc, proposer.operations, only=only, tags=tags):
         budget.check_time(op.pointer)
         if op.method in ("get", "head"):
             report.reads.append(op.describe())
@@ -1579,6 +1630,29 @@ def _import(
     return report
 
 
+def _selected(
+    doc: _Document, operations: list[_Operation], *, only: list[str] | None, tags: list[str] | None
+) -> list[_Operation]:
+    """The operations an import considers: all, or those named (operationIds) or tagged.
+    A name that matches nothing refuses the import: a typo must not import nothing."""
+    if not only and not tags:
+        return operations
+    wanted_ids = set(only or [])
+    wanted_tags = set(tags or [])
+    unknown = sorted(wanted_ids - {op.operation_id for op in operations})
+    if unknown:
+        doc._refuse("/paths", f"--only names no operation of this document: {', '.join(unknown)}")
+    known_tags = {t for op in operations for t in _names(op.node.get("tags"))}
+    missing_tags = sorted(wanted_tags - known_tags)
+    if missing_tags:
+        doc._refuse("/paths", f"--tag names no tag of this document: {', '.join(missing_tags)}")
+    return [
+        op
+        for op in operations
+        if op.operation_id in wanted_ids or wanted_tags & set(_names(op.node.get("tags")))
+    ]
+
+
 def _ensure_connector(doc: _Document, name: str, create: bool) -> bool:
     if Connector.objects.filter(name=name).exists():
         return False
@@ -1607,7 +1681,12 @@ def _check_drafts(
 ) -> list[tuple[_Draft, ProposedAction]]:
     """Validate every proposal with the catalog's own checks; refuse what fails."""
     accepted = []
-    existing = {a.name: a for a in Action.objects.filter(name__in=[d.name for d in drafts])}
+    existing = {
+        a.name: a
+        for a in Action.objects.filter(name__in=[d.name for d in drafts]).select_related(
+            "connector"
+        )
+    }
     for draft in drafts:
         budget.check_time(draft.op.pointer)
         problems = validate_action_definition(draft.name, draft.definition)
@@ -1637,6 +1716,24 @@ def _check_drafts(
                 )
             )
             continue
+        if current is not None and current.connector.name != report.connector:
+            # Names are unique in the catalog. Another API's action of the same name is
+            # never re-pointed here: that would be a new action wearing a reviewed name.
+            report.refused.append(
+                RefusedOperation(
+                    draft.op.label,
+                    draft.name,
+                    [
+                        _problem(
+                            draft.op.pointer,
+                            f"an action named {draft.name!r} already exists for connector "
+                            f"{current.connector.name!r}: names are unique in the catalog; "
+                            f"import with a prefix (--prefix {report.connector}_)",
+                        )
+                    ],
+                )
+            )
+            continue
         proposed = ProposedAction(
             name=draft.name,
             operation=draft.op.label,
@@ -1644,6 +1741,7 @@ def _check_drafts(
             consequence_class=draft.consequence_class,
             warnings=draft.warnings,
             class_source=draft.class_source,
+            class_lowered_from=draft.class_lowered_from,
             status_operation=draft.status_operation,
             definition=draft.definition,
             pointer=draft.op.pointer,

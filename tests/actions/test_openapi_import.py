@@ -729,9 +729,11 @@ def test_a_delete_without_a_read_is_refused_and_a_patch_becomes_an_invoke(api):
 
     assert "a delete must read its target" in refused(report)["DELETE /tags/{tag_id}"]
     rename = report.action("rename_tag")
-    assert (rename.kind, rename.consequence_class) == ("invoke", "reversible")
+    # Nothing read, nothing to undo from: an invoke, and as consequential as one.
+    assert (rename.kind, rename.consequence_class) == ("invoke", "external")
     assert rename.definition["write"]["method"] == "PATCH"
     assert has_warning(rename, "no GET /tags/{tag_id} to read the target: proposed as invoke")
+    assert has_warning(rename, "proposed external, not reversible: with no GET /tags/{tag_id}")
 
 
 @pytest.mark.parametrize(
@@ -979,7 +981,8 @@ def test_the_command_dry_run_and_create_connector(db):
     output = call(str(DOCS / "crm.yaml"), "--connector", "crm", "--dry-run", "--create-connector")
     assert "connector crm (created)" in output
     assert "[dry run: nothing stored]" in output
-    assert "create_contact" in output and "class declared, confirm it" in output
+    assert "create_contact" in output
+    assert "class LOWERED by the document from external, confirm it" in output
     assert Action.objects.count() == 0
     assert Connector.objects.count() == 0
 
@@ -1170,3 +1173,107 @@ def test_an_imported_catastrophic_pattern_validates_input_in_milliseconds(api):
     errors = list(validator.iter_errors({"contact_id": "c-1", "code": "a" * 26 + "!"}))
     assert time.monotonic() - started < 0.05
     assert [e.message for e in errors] == [f"'{'a' * 26}!' does not match '^(a+)+$'"]
+
+
+# --- declarations and names ------------------------------------------------------------------
+
+
+def test_a_write_declared_an_observation_is_refused(api):
+    paths = contact_patch()
+    paths["/contacts/{contact_id}"]["delete"] = {
+        "operationId": "deleteContact",
+        "summary": "Delete one contact",
+        "x-countersign": {"class": "observation"},
+        "responses": {"204": {"description": "ok"}},
+    }
+    report = run(mini(paths), dry_run=True)
+    assert (
+        "x-countersign declares a DELETE an observation: a write is never an observation"
+        in (refused(report)["DELETE /contacts/{contact_id}"])
+    )
+
+
+def test_a_lowered_class_is_flagged_for_the_admin(api):
+    paths = contact_patch()
+    paths["/contacts/{contact_id}"]["delete"] = {
+        "operationId": "deleteContact",
+        "summary": "Archive one contact (it can be restored)",
+        "x-countersign": {"class": "reversible"},
+        "responses": {"204": {"description": "ok"}},
+    }
+    report = run(mini(paths))
+    delete = report.action("delete_contact")
+    assert (delete.consequence_class, delete.class_lowered_from) == ("reversible", "irreversible")
+    assert has_warning(delete, "the document lowers the class from irreversible")
+    # Raising a class is the document's to say; only lowering is called out.
+    assert report.action("update_contact_email").class_lowered_from == ""
+    stored = Action.objects.get(name="delete_contact")
+    assert (stored.class_confirmed, stored.enabled) == (False, False)
+    assert any("lowers the class" in item["message"] for item in stored.lint)
+
+
+def test_a_name_of_another_connector_is_never_re_pointed(api):
+    Connector.objects.create(name="chat", base_url="https://chat.example.com")
+    run("chat", connector="chat")
+    before = Action.objects.get(name="delete_message")
+
+    # A second API with an operation of the same name, for another connector.
+    other = text_of("chat").replace("operationId: createMessage", "operationId: postMessage")
+    report = run(other, connector="api")
+
+    assert "delete_message" not in [p.name for p in report.proposed]
+    assert (
+        "an action named 'delete_message' already exists for connector 'chat': names are "
+        "unique in the catalog; import with a prefix (--prefix api_)"
+    ) in refused(report)["DELETE /channels/{channel_id}/messages/{message_id}"]
+    after = Action.objects.get(name="delete_message")
+    assert (after.connector.name, after.version, after.digest) == (
+        "chat",
+        before.version,
+        before.digest,
+    )
+
+    prefixed = run(other, connector="api", prefix="api_")
+    assert {p.name for p in prefixed.proposed} == {
+        "api_post_message",
+        "api_update_message",
+        "api_delete_message",
+        "api_create_scheduled_event",
+        "api_update_my_user",
+    }
+    assert Action.objects.get(name="api_delete_message").connector.name == "api"
+    assert Action.objects.get(name="delete_message").connector.name == "chat"
+
+
+def test_a_bad_prefix_refuses_the_import(api):
+    with pytest.raises(OpenAPIImportError, match="prefix 'Bad-'"):
+        run("chat", prefix="Bad-")
+
+
+def test_operations_are_selected_by_id_or_tag(api):
+    text = text_of("chat").replace(
+        "      operationId: deleteMessage\n",
+        "      operationId: deleteMessage\n      tags: [moderation]\n",
+    )
+    only = run(text, only=["createMessage", "updateMyUser"], dry_run=True)
+    assert [p.name for p in only.proposed] == ["create_message", "update_my_user"]
+    assert only.refused == []
+
+    tagged = run(text, tags=["moderation"], dry_run=True)
+    assert [p.name for p in tagged.proposed] == ["delete_message"]
+
+    with pytest.raises(
+        OpenAPIImportError, match="--only names no operation of this document: nope"
+    ):
+        run(text, only=["nope"])
+    with pytest.raises(OpenAPIImportError, match="--tag names no tag of this document: billing"):
+        run(text, tags=["billing"])
+
+
+def test_the_command_selects_and_prefixes(api):
+    output = call(
+        str(DOCS / "chat.yaml"), "--connector", "api", "--only", "deleteMessage", "--prefix", "c_"
+    )
+    assert "c_delete_message" in output
+    assert "1 actions proposed, 0 operations refused" in output
+    assert list(Action.objects.values_list("name", flat=True)) == ["c_delete_message"]

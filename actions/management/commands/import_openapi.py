@@ -29,6 +29,21 @@ class Command(BaseCommand):
             action="store_true",
             help="create the connector from the document's servers[0].url if it does not exist",
         )
+        parser.add_argument(
+            "--prefix",
+            default="",
+            help="put before every proposed name (names are unique in the catalog): stripe_",
+        )
+        parser.add_argument(
+            "--only",
+            default="",
+            help="import only these operations: operationIds, comma-separated",
+        )
+        parser.add_argument(
+            "--tag",
+            default="",
+            help="import only operations with one of these tags, comma-separated",
+        )
         parser.add_argument("--actor", default="import_openapi", help="recorded as the author")
 
     def handle(self, *args, file: str, connector: str, dry_run: bool, **options):
@@ -57,6 +72,9 @@ class Command(BaseCommand):
                 source_name=str(path),
                 dry_run=dry_run,
                 create_connector=options["create_connector"],
+                prefix=options["prefix"],
+                only=_csv(options["only"]),
+                tags=_csv(options["tag"]),
             )
         except OpenAPIImportError as exc:
             lines = [f"{exc.source}: the document was not imported:"]
@@ -65,6 +83,10 @@ class Command(BaseCommand):
         except Exception as exc:  # noqa: BLE001 - an admin command reports, never a traceback
             raise CommandError(f"{file}: import failed: {type(exc).__name__}: {exc}") from None
         self.stdout.write(render_report(report))
+
+
+def _csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def render_report(report: ImportReport) -> str:
@@ -80,6 +102,8 @@ def render_report(report: ImportReport) -> str:
     width = max([len(p.name) for p in report.proposed] + [4])
     for p in report.proposed:
         review = "needs review" if p.class_source == "method" else "class declared, confirm it"
+        if p.class_lowered_from:
+            review = f"class LOWERED by the document from {p.class_lowered_from}, confirm it"
         state = f"  [{p.stored}]" if p.stored else ""
         lines.append(
             f"  {p.name:<{width}}  {p.kind:<7}  {p.consequence_class:<12}  {review}  "
