@@ -400,12 +400,31 @@ class OpenAPIImportForm(forms.Form):
         label="Only tags",
         help_text="Operations with one of these tags, comma-separated; empty for all.",
     )
+    headers = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Fixed headers",
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Documented headers every action sends with this value, one a line: "
+        "“From: ops@example.com”. Never a credential.",
+    )
     dry_run = forms.BooleanField(
         required=False,
         initial=True,
         label="Dry run",
         help_text="Show what would be proposed; store nothing.",
     )
+
+    def clean_headers(self):
+        headers = {}
+        for line in self.cleaned_data["headers"].splitlines():
+            if not line.strip():
+                continue
+            name, sep, value = line.partition(":")
+            if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,63}", name.strip()):
+                raise ValidationError(f"write “Name: value”, not {line.strip()!r}")
+            headers[name.strip()] = value.strip()
+        return headers
 
     def clean_file(self):
         upload = self.cleaned_data["file"]
@@ -593,6 +612,7 @@ class ActionAdmin(admin.ModelAdmin):
                         prefix=form.cleaned_data["prefix"],
                         only=_csv(form.cleaned_data["only"]),
                         tags=_csv(form.cleaned_data["tag"]),
+                        headers=form.cleaned_data["headers"],
                     )
                 except OpenAPIImportError as exc:
                     problems = list(exc.problems)

@@ -286,7 +286,103 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         problem("/write/precondition_field", "needs an object body to carry the expected version")
     if kind == "update" and not isinstance(write.get("body"), dict):
         problem("/write/body", "an update's body is a JSON merge patch object")
+    content_type = write.get("content_type")
+    if content_type == FORM_CONTENT_TYPE:
+        body = write.get("body")
+        if kind != "delete" and not isinstance(body, dict):
+            problem("/write/body", "a form body is an object of fields")
+        elif isinstance(body, dict) and write.get("form_style", "form") == "form":
+            for key, value in body.items():
+                if _nests(value, properties):
+                    problem(
+                        f"/write/body/{escape_pointer_token(key)}",
+                        "a form field holds an object or nested array: only form_style "
+                        "deep_object nests",
+                    )
+    elif "form_style" in write:
+        problem("/write/form_style", f"form_style is for {FORM_CONTENT_TYPE} bodies")
+    for name in write.get("headers") or {}:
+        lowered = name.lower()
+        if lowered in _RESERVED_HEADERS or lowered == write.get("idempotency_header", "").lower():
+            problem(
+                f"/write/headers/{escape_pointer_token(name)}",
+                f"{name} is set by Countersign itself (credentials, conditions, the "
+                "idempotency key, the body's type): an action cannot fix it",
+            )
+        elif _SECRET_HEADER.search(lowered):
+            problem(
+                f"/write/headers/{escape_pointer_token(name)}",
+                f"{name} looks like a credential: catalog values are not secret; store it "
+                "with set_credential",
+            )
     return out
+
+
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+# Headers the write client, the executor or HTTP itself set: a fixed header may not.
+_RESERVED_HEADERS = {
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "host",
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "accept",
+    "user-agent",
+    "idempotency-key",
+    "x-idempotency-key",
+}
+
+
+_SECRET_HEADER = re.compile(r"key|token|secret|auth|passw|session|signature|cookie|credential")
+
+
+def _schema_types(schema: Any) -> set[str]:
+    if not isinstance(schema, dict):
+        return set()
+    types = schema.get("type")
+    out = set(types) if isinstance(types, list) else {types} if isinstance(types, str) else set()
+    if "properties" in schema:
+        out.add("object")
+    return out
+
+
+def _nests(value: Any, properties: dict[str, Any]) -> bool:
+    """Whether a form field would hold an object, or an array of arrays or objects."""
+    if isinstance(value, dict) and set(value) == {"$input"}:
+        schema = properties.get(value["$input"])
+        types = _schema_types(schema)
+        if "object" in types:
+            return True
+        if "array" in types:
+            items = _schema_types((schema or {}).get("items"))
+            return bool(items & {"object", "array"}) or not items
+        return False
+    if isinstance(value, dict):
+        return True
+    if isinstance(value, list):
+        return any(
+            isinstance(item, list)
+            or (isinstance(item, dict) and set(item) != {"$input"})
+            or (
+                isinstance(item, dict)
+                and _schema_types(properties.get(item["$input"])) & {"object", "array"}
+            )
+            for item in value
+        )
+    return False
 
 
 def _path_fields(action: dict[str, Any]) -> set[str]:

@@ -36,7 +36,7 @@ from .catalog import (
     validate_action_definition,
 )
 from .models import Action, Connector
-from .spec import pattern_problem
+from .spec import FORM_CONTENT_TYPE, pattern_problem
 
 # One limit for the command line and the admin upload: the largest public documents
 # (Stripe, OpenAI, PagerDuty, Twilio, Discord) are 1-7 MiB.
@@ -149,6 +149,12 @@ X_COUNTERSIGN_SCHEMA: dict[str, Any] = {
             ]
         },
         "status_operation": {"type": "string", "minLength": 1, "maxLength": 200},
+        "headers": {
+            "type": "object",
+            "maxProperties": 10,
+            "propertyNames": {"pattern": "^[A-Za-z][A-Za-z0-9-]{0,63}$"},
+            "additionalProperties": {"type": "string", "pattern": "^[\\x20-\\x7E]{0,200}$"},
+        },
     },
 }
 
@@ -1039,6 +1045,13 @@ class _SchemaConverter:
         return out, required
 
 
+def _types_of(schema: Any) -> set[str]:
+    if not isinstance(schema, dict):
+        return set()
+    raw = schema.get("type")
+    return set(raw) if isinstance(raw, list) else {raw} if isinstance(raw, str) else set()
+
+
 def _is_null_schema(node: Any) -> bool:
     return isinstance(node, dict) and (
         node.get("type") == "null" or node.get("type") == ["null"] or node.get("enum") == [None]
@@ -1094,10 +1107,17 @@ def _x_countersign(op: _Operation) -> dict[str, Any]:
 
 
 class _Proposer:
-    def __init__(self, doc: _Document, connector: str, prefix: str = "") -> None:
+    def __init__(
+        self,
+        doc: _Document,
+        connector: str,
+        prefix: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.doc = doc
         self.connector = connector
         self.prefix = prefix
+        self.headers = {name.lower(): value for name, value in (headers or {}).items()}
         ops = doc.operations()
         self.operations = ops
         self.gets_by_path = {op.path: op for op in ops if op.method == "get"}
@@ -1172,6 +1192,7 @@ class _Proposer:
         target = op.path
         documented = {"if-match": False, "if-none-match": False}
         idempotency_header = ""
+        fixed_headers: dict[str, str] = {}
         path_params = set(re.findall(r"\{([^{}]+)\}", op.path))
         for param, pointer in op.parameters():
             pname, where = param["name"], param["in"]
@@ -1208,8 +1229,23 @@ class _Proposer:
                 elif lower in IDEMPOTENCY_HEADERS:
                     idempotency_header = pname
                 elif lower not in HANDLED_HEADERS:
-                    strength = "required " if param.get("required") is True else ""
-                    warn(pointer, f"{strength}header {pname!r} is not forwarded by Countersign")
+                    value = self._fixed_header(pname, param, xc)
+                    if value is not None:
+                        fixed_headers[pname] = value
+                        warn(
+                            pointer,
+                            f"header {pname!r} is always sent as {value!r} (a fixed value, "
+                            "shown to reviewers in the request)",
+                        )
+                    elif param.get("required") is True:
+                        raise _Refused(
+                            pointer,
+                            f"required header {pname!r} has no value Countersign could send: "
+                            f"fix one with --header {pname}=VALUE (or x-countersign: "
+                            "{headers: {...}}), or the upstream refuses every request",
+                        )
+                    else:
+                        warn(pointer, f"header {pname!r} is not forwarded by Countersign")
             else:
                 warn(pointer, f"cookie parameter {pname!r} is not sent")
         for missing in sorted(path_params):
@@ -1223,7 +1259,7 @@ class _Proposer:
 
         precondition_field = xc.get("precondition_field", "")
         body_skip = {precondition_field[1:]} if precondition_field.count("/") == 1 else set()
-        body_props, body_required, content_type, has_body = self._body(
+        body_props, body_required, content_type, has_body, form_style = self._body(
             op, kind, converter, warn, skip=body_skip
         )
         body_template: dict[str, Any] = {}
@@ -1283,6 +1319,8 @@ class _Proposer:
         if kind != "delete":
             write["body"] = body_template
             write["content_type"] = content_type
+            if form_style == "deep_object":
+                write["form_style"] = form_style
         elif has_body:
             warn(f"{op.pointer}/requestBody", "the request body of a delete is not sent")
         if precondition != "none":
@@ -1294,6 +1332,8 @@ class _Proposer:
             idempotency_header = retry["idempotency_header"]
         if idempotency_header:
             write["idempotency_header"] = idempotency_header
+        if fixed_headers:
+            write["headers"] = fixed_headers
         definition["write"] = write
         if precondition == "none" and not idempotency_header:
             warn(
@@ -1314,6 +1354,22 @@ class _Proposer:
             warnings=warnings,
             status_operation=status,
         )
+
+    def _fixed_header(self, name: str, param: dict[str, Any], xc: dict[str, Any]) -> str | None:
+        """The value an action always sends for a documented header: from x-countersign,
+        from the import's --header, or the one value the document allows."""
+        declared = {k.lower(): v for k, v in _dict(xc.get("headers")).items()}
+        if name.lower() in declared:
+            return declared[name.lower()]
+        if name.lower() in self.headers:
+            return self.headers[name.lower()]
+        schema = _dict(param.get("schema"))
+        if isinstance(schema.get("const"), str):
+            return schema["const"]
+        enum = schema.get("enum")
+        if isinstance(enum, list) and len(enum) == 1 and isinstance(enum[0], str):
+            return enum[0]
+        return None
 
     def _title(self, op: _Operation, name: str, warn) -> str:
         summary = op.text("summary").splitlines()
@@ -1347,7 +1403,9 @@ class _Proposer:
 
     def _body(
         self, op: _Operation, kind: str, converter: _SchemaConverter, warn, *, skip: set[str]
-    ) -> tuple[dict[str, Any], list[str], str, bool]:
+    ) -> tuple[dict[str, Any], list[str], str, bool, str]:
+        """The body's inputs, the required ones, the media type, whether a body is
+        documented, and the form style ("" unless a form)."""
         default_type = "application/merge-patch+json" if kind == "update" else "application/json"
         raw = op.node.get("requestBody")
         if raw is None:
@@ -1355,10 +1413,10 @@ class _Proposer:
                 raise _Refused(op.pointer, f"a {kind} needs a JSON request body; none documented")
             if kind == "invoke":
                 warn(op.pointer, "no request body documented: the action sends {}")
-            return {}, [], default_type, False
+            return {}, [], default_type, False, ""
         body, pointer, stack = self.doc.deref(raw, f"{op.pointer}/requestBody")
         if kind == "delete":
-            return {}, [], default_type, True
+            return {}, [], default_type, True, ""
         if not isinstance(body, dict):
             raise _Refused(pointer, "the request body is not a Request Body object")
         content = body.get("content")
@@ -1368,12 +1426,12 @@ class _Proposer:
         preferred = ["application/merge-patch+json", "application/json"]
         if kind != "update":
             preferred.reverse()
-        chosen = next((m for m in preferred if m in media), None)
+        chosen = next((m for m in [*preferred, FORM_CONTENT_TYPE] if m in media), None)
         if chosen is None:
             raise _Refused(
                 f"{pointer}/content",
-                f"request body types {sorted(media)} cannot be sent: only application/json "
-                "and application/merge-patch+json objects",
+                f"request body types {sorted(media)} cannot be sent: only application/json, "
+                "application/merge-patch+json and application/x-www-form-urlencoded objects",
             )
         media_pointer = f"{pointer}/content/{escape_pointer_token(media[chosen])}"
         entry = content[media[chosen]]
@@ -1407,9 +1465,46 @@ class _Proposer:
         props, required = converter.properties(
             schema, schema_pointer, stack=stack, depth=0, skip=skip
         )
+        style = ""
+        if chosen == FORM_CONTENT_TYPE:
+            style = self._form_style(entry, media_pointer, props, required, warn)
+            required = [r for r in required if r in props]
         if not props and any(name not in skip for name in schema["properties"]):
             raise _Refused(schema_pointer, "none of the request body's fields can be offered")
-        return props, required, chosen, True
+        return props, required, chosen, True, style
+
+    def _form_style(
+        self,
+        entry: dict[str, Any],
+        pointer: str,
+        props: dict[str, Any],
+        required: list[str],
+        warn,
+    ) -> str:
+        """``deep_object`` when the document encodes any field that way (``a[b]=``, as
+        Stripe does), else ``form``, where a field holding an object or an array of
+        them has no agreed encoding: dropped when optional, refused when required."""
+        encoding = _dict(entry.get("encoding"))
+        if any(_dict(e).get("style") == "deepObject" for e in encoding.values()):
+            return "deep_object"
+        for name in list(props):
+            schema = props[name]
+            types = _types_of(schema)
+            items = _types_of(schema.get("items")) if "array" in types else set()
+            if "object" in types or items & {"object", "array"}:
+                if name in required:
+                    raise _Refused(
+                        f"{pointer}/schema",
+                        f"required form field {name!r} holds an object: the document "
+                        "declares no deepObject encoding for it",
+                    )
+                del props[name]
+                warn(
+                    f"{pointer}/schema",
+                    f"optional form field {name!r} holds an object and the document "
+                    "declares no deepObject encoding: not offered",
+                )
+        return "form"
 
     def _version(
         self, op: _Operation, get_op: _Operation, documented: dict[str, bool], warn
@@ -1495,12 +1590,14 @@ def import_openapi(
     prefix: str = "",
     only: list[str] | None = None,
     tags: list[str] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> ImportReport:
     """Propose one disabled action per write operation; store them all or none.
 
     ``prefix`` is put before every proposed name (names are unique in the catalog, and
     two APIs often use the same ones); ``only`` (operationIds) and ``tags`` select the
-    operations considered.
+    operations considered; ``headers`` gives the values of documented headers an action
+    always sends (a ``From`` the upstream requires).
 
     Raises OpenAPIImportError when the document as a whole is refused (not OpenAPI 3,
     references outside the document, unknown connector). Single operations that cannot
@@ -1519,6 +1616,7 @@ def import_openapi(
             prefix=prefix,
             only=only,
             tags=tags,
+            headers=headers or {},
         )
     except _Exhausted as exc:
         raise OpenAPIImportError([CatalogProblem(exc.pointer, exc.message)], source_name) from None
@@ -1541,7 +1639,16 @@ def _import(
     prefix: str,
     only: list[str] | None,
     tags: list[str] | None,
+    headers: dict[str, str],
 ) -> ImportReport:
+    for name, value in headers.items():
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,63}", name) or not re.fullmatch(
+            r"[\x20-\x7E]{0,200}", value
+        ):
+            raise OpenAPIImportError(
+                [CatalogProblem("", f"header {name!r}: a token name and printable ASCII value")],
+                source_name,
+            )
     if prefix and not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", prefix):
         raise OpenAPIImportError(
             [CatalogProblem("", f"prefix {prefix!r}: lowercase letters, digits and _ only")],
@@ -1552,7 +1659,7 @@ def _import(
     for key in ("webhooks", "x-countersign"):
         if key in doc.root:
             report.warnings.append(_problem(f"/{key}", f"{key} at the top level is not imported"))
-    proposer = _Proposer(doc, connector, prefix)
+    proposer = _Proposer(doc, connector, prefix, headers)
     drafts: list[_Draft] = []
     names: dict[str, str] = {}
     for op in _selected(doc, proposer.operations, only=only, tags=tags):

@@ -113,6 +113,12 @@ class WriteSpec:
     precondition: str = "none"  # "if_match" | "if_none_match" | "field" | "none"
     precondition_field: str = ""  # JSON pointer into the body, for precondition == "field"
     content_type: str = "application/json"
+    # For FORM_CONTENT_TYPE: "form" (arrays repeat the field, no nesting) or "deep_object"
+    # (``a[b]=`` and ``a[0]=``, as Stripe and Rails read forms).
+    form_style: str = "form"
+    # Header values the action always sends (a ``From`` some upstreams require); never
+    # a credential, a condition or the idempotency key (the loader refuses those).
+    headers: dict[str, str] = field(default_factory=dict)
     idempotency_header: str = ""
     # A 2xx answer whose body has this value at this pointer is a domain refusal: some
     # upstreams report "nothing changed" inside a 200. {"pointer": ..., "equals": ...}
@@ -190,6 +196,8 @@ class ActionSpec:
             precondition=w.get("precondition", "none"),
             precondition_field=w.get("precondition_field", ""),
             content_type=w.get("content_type", default_ct),
+            form_style=w.get("form_style", "form"),
+            headers=dict(w.get("headers") or {}),
             idempotency_header=w.get("idempotency_header", ""),
             rejected_when=w.get("rejected_when"),
             on_conflict=w.get("on_conflict", "rejected"),
@@ -274,6 +282,56 @@ class ActionSpec:
             return ""
         fields = {key: markdown_code(value) for key, value in values.items()}
         return string.Formatter().vformat(self.summary, (), _Missing(fields))
+
+
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+MAX_FORM_DEPTH = 8
+
+
+def form_pairs(body: Any, style: str = "form") -> list[list[str]]:
+    """A form body as the exact ``[name, value]`` pairs the write sends, in order.
+
+    Values: strings as they are, numbers as JSON writes them, ``true``/``false``, and
+    null as an empty value (how form APIs clear a field). In the ``form`` style an array
+    repeats its field (``tag=a&tag=b``) and an object is refused; in ``deep_object``
+    fields nest with brackets (``address[city]=Paris``, ``tags[0]=a``).
+    """
+    if not isinstance(body, dict):
+        raise TemplateError("a form body is an object of fields")
+    pairs: list[list[str]] = []
+    for name, value in body.items():
+        _form_field(pairs, str(name), value, style, 0)
+    return pairs
+
+
+def _form_field(pairs: list[list[str]], name: str, value: Any, style: str, depth: int) -> None:
+    if depth > MAX_FORM_DEPTH:
+        raise TemplateError(f"form field {name!r} is nested too deeply")
+    if isinstance(value, dict):
+        if style != "deep_object":
+            raise TemplateError(f"form field {name!r} is an object: only deep_object forms nest")
+        for key, item in value.items():
+            _form_field(pairs, f"{name}[{key}]", item, style, depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if style == "deep_object":
+                _form_field(pairs, f"{name}[{i}]", item, style, depth + 1)
+            elif isinstance(item, dict | list):
+                raise TemplateError(f"form field {name!r} holds a nested value")
+            else:
+                pairs.append([name, _form_value(item)])
+    else:
+        pairs.append([name, _form_value(value)])
+
+
+def _form_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return _json_text(value)
 
 
 class _Missing(dict):

@@ -1277,3 +1277,88 @@ def test_the_command_selects_and_prefixes(api):
     assert "c_delete_message" in output
     assert "1 actions proposed, 0 operations refused" in output
     assert list(Action.objects.values_list("name", flat=True)) == ["c_delete_message"]
+
+
+# --- form bodies and fixed headers -----------------------------------------------------------
+
+
+def test_billing_api_form_bodies(api):
+    report = run("billing", dry_run=True)
+
+    assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
+        "post_customers": ("invoke", "external"),
+        "delete_customers_customer": ("delete", "irreversible"),
+        "create_message": ("invoke", "external"),
+    }
+    customers = report.action("post_customers")
+    write = customers.definition["write"]
+    # Fields the document encodes as deepObject nest with brackets on the wire.
+    assert write["content_type"] == "application/x-www-form-urlencoded"
+    assert write["form_style"] == "deep_object"
+    assert write["idempotency_header"] == "Idempotency-Key"
+    assert write["body"] == {
+        "email": {"$input": "email"},
+        "name": {"$input": "name"},
+        "balance": {"$input": "balance"},
+        "address": {"$input": "address"},
+        "expand": {"$input": "expand"},
+    }
+    properties = customers.definition["input_schema"]["properties"]
+    assert properties["address"]["additionalProperties"] is False
+    # The same strictness as JSON: the open map is not offered.
+    assert "metadata" not in properties
+    # A card from an HTML description is plain text.
+    assert customers.definition["card"]["effect"] == "Creates a new customer object."
+
+    message = report.action("create_message")
+    assert message.definition["write"]["content_type"] == "application/x-www-form-urlencoded"
+    assert "form_style" not in message.definition["write"]  # "form": arrays repeat the field
+    assert set(message.definition["input_schema"]["properties"]) == {
+        "AccountSid",
+        "To",
+        "Body",
+        "Tags",
+    }
+    assert message.definition["input_schema"]["required"] == ["AccountSid", "To", "Body"]
+    assert has_warning(message, "optional field 'StatusCallback' is a URL (format uri)")
+    assert has_warning(message, "optional form field 'Options' holds an object")
+
+    # The upstream requires a From header; without a value the operation cannot work.
+    assert (
+        "required header 'From' has no value Countersign could send"
+        in (refused(report)["POST /incidents"])
+    )
+    for proposed in report.proposed:
+        assert validate_action_definition(proposed.name, proposed.definition) == []
+
+
+def test_a_required_header_is_fixed_by_the_import(api):
+    report = run("billing", headers={"From": "ops@example.com"}, dry_run=True)
+    incident = report.action("create_incident")
+    assert incident.definition["write"]["headers"] == {"From": "ops@example.com"}
+    assert has_warning(incident, "header 'From' is always sent as 'ops@example.com'")
+    assert validate_action_definition(incident.name, incident.definition) == []
+
+
+def test_a_credential_is_never_a_fixed_header(api):
+    paths = contact_patch(
+        parameters=[{"name": "X-Api-Key", "in": "header", "required": True, "schema": {}}]
+    )
+    report = run(mini(paths), headers={"X-Api-Key": "sk_live_123"}, dry_run=True)
+    assert "X-Api-Key looks like a credential" in refused(report)["PATCH /contacts/{contact_id}"]
+
+
+def test_the_command_takes_fixed_headers(api):
+    output = call(
+        str(DOCS / "billing.yaml"),
+        "--connector",
+        "api",
+        "--dry-run",
+        "--only",
+        "createIncident",
+        "--header",
+        "From=ops@example.com",
+    )
+    assert "create_incident" in output and "always sent as 'ops@example.com'" in output
+    with pytest.raises(CommandError, match="write NAME=VALUE"):
+        call(str(DOCS / "billing.yaml"), "--connector", "api", "--header", "From")

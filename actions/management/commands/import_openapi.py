@@ -44,9 +44,23 @@ class Command(BaseCommand):
             default="",
             help="import only operations with one of these tags, comma-separated",
         )
+        parser.add_argument(
+            "--header",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a documented header every action of the import sends with this value "
+            "(e.g. From=ops@example.com); repeatable; never a credential",
+        )
         parser.add_argument("--actor", default="import_openapi", help="recorded as the author")
 
     def handle(self, *args, file: str, connector: str, dry_run: bool, **options):
+        headers = {}
+        for item in options["header"]:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise CommandError(f"--header {item!r}: write NAME=VALUE")
+            headers[name.strip()] = value.strip()
         path = Path(file)
         try:
             # At most the limit and one byte is read: a larger file is refused unread.
@@ -75,6 +89,7 @@ class Command(BaseCommand):
                 prefix=options["prefix"],
                 only=_csv(options["only"]),
                 tags=_csv(options["tag"]),
+                headers=headers,
             )
         except OpenAPIImportError as exc:
             lines = [f"{exc.source}: the document was not imported:"]
