@@ -167,6 +167,19 @@ def validate_catalog(document: dict[str, Any], source: str) -> None:
     for name, action in (document.get("actions") or {}).items():
         base = f"/actions/{escape_pointer_token(name)}"
         problems.extend(_check_action(base, action, known_connectors))
+    actions = document.get("actions") or {}
+    for i, name in enumerate(document.get("unconfirmed_classes") or []):
+        if name not in actions:
+            problems.append(
+                CatalogProblem(f"/unconfirmed_classes/{i}", f"{name!r} is no action of this file")
+            )
+        elif actions[name].get("enabled", True):
+            problems.append(
+                CatalogProblem(
+                    f"/actions/{escape_pointer_token(name)}/enabled",
+                    "an action whose class is unconfirmed cannot be enabled",
+                )
+            )
     if problems:
         raise CatalogError(source, problems)
 
@@ -529,8 +542,16 @@ def load_catalog(
                 },
             )
             report.connectors.append(name)
+        unconfirmed = set(document.get("unconfirmed_classes") or [])
         for name, definition in (document.get("actions") or {}).items():
-            _, change = action_define(name=name, definition=definition, actor=actor)
+            # A file that says a class is unconfirmed keeps it so (an export of actions
+            # imported and not yet reviewed); otherwise its writer has stated the class.
+            _, change = action_define(
+                name=name,
+                definition=definition,
+                actor=actor,
+                class_confirmed=False if name in unconfirmed else None,
+            )
             getattr(report, change).append(name)
     return report
 
