@@ -36,6 +36,7 @@ from .catalog import (
     validate_action_definition,
 )
 from .models import Action, Connector
+from .openapi.swagger import swagger_to_openapi
 from .spec import FORM_CONTENT_TYPE, pattern_problem
 
 # One limit for the command line and the admin upload: the largest public documents
@@ -442,8 +443,8 @@ class _Document:
         if "swagger" in root:
             self._refuse(
                 "/swagger",
-                f"Swagger {root['swagger']} documents are not imported: convert the "
-                "document to OpenAPI 3.0 or 3.1 first",
+                f"Swagger {root['swagger']!r} is not imported (Swagger 2.0 is converted; "
+                "other versions are not)",
             )
         version = root.get("openapi")
         if not isinstance(version, str):
@@ -1654,8 +1655,14 @@ def _import(
             [CatalogProblem("", f"prefix {prefix!r}: lowercase letters, digits and _ only")],
             source_name,
         )
-    doc = _Document(_parse(text, source_name, budget), source_name, budget)
+    root = _parse(text, source_name, budget)
+    notes: list[str] = []
+    if root.get("swagger") == "2.0":
+        root, notes = swagger_to_openapi(root)
+        notes.insert(0, "converted from Swagger 2.0 to OpenAPI 3.0 before importing")
+    doc = _Document(root, source_name, budget)
     report = ImportReport(connector=connector, source_name=source_name, dry_run=dry_run)
+    report.warnings.extend(_problem("/swagger", note) for note in notes)
     for key in ("webhooks", "x-countersign"):
         if key in doc.root:
             report.warnings.append(_problem(f"/{key}", f"{key} at the top level is not imported"))

@@ -509,9 +509,10 @@ def test_a_dangling_reference_refuses_the_document(api):
 @pytest.mark.parametrize(
     "text, message",
     [
+        ("swagger: '1.2'\ninfo: {title: t, version: '1'}\npaths: {}\n", "Swagger '1.2' is not"),
         (
             "swagger: '2.0'\ninfo: {title: t, version: '1'}\npaths: {}\n",
-            "Swagger 2.0 documents are not imported: convert the document to OpenAPI 3.0 or 3.1",
+            "the document has no paths",
         ),
         ("openapi: 3.2.0\npaths: {/a: {}}\n", "OpenAPI 3.2.0 is not supported"),
         ("info: {title: t}\npaths: {/a: {}}\n", "not an OpenAPI document"),
@@ -1362,3 +1363,43 @@ def test_the_command_takes_fixed_headers(api):
     assert "create_incident" in output and "always sent as 'ops@example.com'" in output
     with pytest.raises(CommandError, match="write NAME=VALUE"):
         call(str(DOCS / "billing.yaml"), "--connector", "api", "--header", "From")
+
+
+# --- Swagger 2.0 -----------------------------------------------------------------------------
+
+
+def test_swagger_2_documents_are_converted(api):
+    report = run("shop-v2", dry_run=True)
+
+    assert has_warning(report.warnings, "converted from Swagger 2.0 to OpenAPI 3.0")
+    assert has_warning(report.warnings, "securityDefinitions are not imported")
+    assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
+        "update_product": ("update", "reversible"),
+        "delete_product": ("delete", "irreversible"),
+        "add_review": ("invoke", "external"),
+    }
+    # A file upload is a multipart body, refused as in any document.
+    assert "multipart/form-data" in refused(report)["PUT /products/{product_id}/image"]
+
+    update = report.action("update_product")
+    # The shared body parameter became the request body; x-nullable is nullable.
+    assert update.definition["input_schema"]["properties"] == {
+        "product_id": {"type": "string", "pattern": "^p-[0-9]{1,9}$", "maxLength": 200},
+        "name": {"type": "string", "maxLength": 80},
+        "price_cents": {"type": ["integer", "null"], "minimum": 0},
+    }
+    # The ETag of the read and the If-Match of the write survive the conversion.
+    assert update.definition["version"] == {"source": "etag"}
+    assert update.definition["write"]["precondition"] == "if_match"
+
+    review = report.action("add_review")
+    assert review.definition["write"]["content_type"] == "application/x-www-form-urlencoded"
+    assert review.definition["input_schema"]["required"] == ["product_id", "stars"]
+    assert review.definition["input_schema"]["properties"]["tags"]["maxItems"] == 3
+    for proposed in report.proposed:
+        assert validate_action_definition(proposed.name, proposed.definition) == []
+
+
+def test_the_created_connector_of_a_swagger_document_uses_host_and_base_path(db):
+    run("shop-v2", connector="shop", create_connector=True)
+    assert Connector.objects.get(name="shop").base_url == "https://shop.example.com/api"
