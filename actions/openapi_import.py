@@ -843,8 +843,12 @@ class _SchemaConverter:
                             )
                         )
                     except _FreeForm as exc:
-                        raise _Refused(
-                            exc.pointer, f"{name!r}: one of its alternatives is {exc.what}"
+                        # Dropped when optional, like any value that cannot be offered.
+                        raise _FreeForm(
+                            exc.pointer,
+                            f"one of several shapes, one of them {exc.what}",
+                            refusal=exc.refusal
+                            or f"{name!r}: one of its alternatives is {exc.what}",
                         ) from None
                 out[combinator] = variants
         if not types and not any(k in out for k in ("enum", "const", "oneOf", "anyOf")):
