@@ -8,6 +8,7 @@ Changes to connectors, credentials and agents are audited like everything else.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import PurePath
 from typing import Any
@@ -41,8 +42,11 @@ from .export import definition_text
 from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential, VaultState
 from .openapi_import import OpenAPIImportError, import_openapi
 
+log = logging.getLogger(__name__)
+
 CARD_FIELDS = ("effect", "scope", "result", "consent", "retry")
-MAX_OPENAPI_BYTES = 1024 * 1024
+# The importer's own limit (openapi_import.MAX_DOCUMENT_BYTES), the same on the command line.
+MAX_OPENAPI_BYTES = 16 * 1024 * 1024
 # The names agents' attributes may have: what a scope rule's ``equals_agent`` can name.
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -378,7 +382,32 @@ class ActionVersionInline(admin.TabularInline):
 
 class OpenAPIImportForm(forms.Form):
     connector = forms.ModelChoiceField(queryset=Connector.objects.order_by("name"))
-    file = forms.FileField(label="OpenAPI document (JSON or YAML, at most 1 MiB)")
+    file = forms.FileField(label="OpenAPI document (JSON or YAML, at most 16 MiB)")
+    prefix = forms.RegexField(
+        regex=r"^[a-z][a-z0-9_]{0,31}$",
+        required=False,
+        help_text="Put before every proposed name (names are unique in the catalog): stripe_",
+    )
+    only = forms.CharField(
+        required=False,
+        max_length=5000,
+        label="Only operations",
+        help_text="operationIds, comma-separated; empty for all.",
+    )
+    tag = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="Only tags",
+        help_text="Operations with one of these tags, comma-separated; empty for all.",
+    )
+    headers = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Fixed headers",
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Documented headers every action sends with this value, one a line: "
+        "“From: ops@example.com”. Never a credential.",
+    )
     dry_run = forms.BooleanField(
         required=False,
         initial=True,
@@ -386,15 +415,29 @@ class OpenAPIImportForm(forms.Form):
         help_text="Show what would be proposed; store nothing.",
     )
 
+    def clean_headers(self):
+        headers = {}
+        for line in self.cleaned_data["headers"].splitlines():
+            if not line.strip():
+                continue
+            name, sep, value = line.partition(":")
+            if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,63}", name.strip()):
+                raise ValidationError(f"write “Name: value”, not {line.strip()!r}")
+            headers[name.strip()] = value.strip()
+        return headers
+
     def clean_file(self):
         upload = self.cleaned_data["file"]
+        # Django has spooled a large upload to a temporary file, not to memory; only
+        # the limit plus one byte is ever read from it.
+        too_large = f"the file is larger than {MAX_OPENAPI_BYTES // 2**20} MiB"
         if upload.size > MAX_OPENAPI_BYTES:
-            raise ValidationError("the file is larger than 1 MiB")
+            raise ValidationError(too_large)
         raw = upload.read(MAX_OPENAPI_BYTES + 1)
         if len(raw) > MAX_OPENAPI_BYTES:
-            raise ValidationError("the file is larger than 1 MiB")
+            raise ValidationError(too_large)
         try:
-            self.cleaned_data["text"] = raw.decode("utf-8")
+            self.cleaned_data["text"] = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
             raise ValidationError("the file is not UTF-8 text") from None
         return upload
@@ -560,9 +603,20 @@ class ActionAdmin(admin.ModelAdmin):
                         actor=user_actor(request.user),
                         source_name=PurePath(form.cleaned_data["file"].name).name[:200],
                         dry_run=dry_run,
+                        prefix=form.cleaned_data["prefix"],
+                        only=_csv(form.cleaned_data["only"]),
+                        tags=_csv(form.cleaned_data["tag"]),
+                        headers=form.cleaned_data["headers"],
                     )
                 except OpenAPIImportError as exc:
                     problems = list(exc.problems)
+                except Exception as exc:  # noqa: BLE001 - a refusal on the page, never a 500
+                    log.exception("OpenAPI import failed on an unexpected error")
+                    problems = [
+                        CatalogProblem(
+                            "", f"the import failed ({type(exc).__name__}); nothing was stored"
+                        )
+                    ]
         else:
             form = OpenAPIImportForm()
         context = {
@@ -577,6 +631,10 @@ class ActionAdmin(admin.ModelAdmin):
             "changelist_url": reverse("admin:actions_action_changelist"),
         }
         return TemplateResponse(request, "admin/actions/action/import_openapi.html", context)
+
+
+def _csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _as_list(value: Any) -> list[Any]:

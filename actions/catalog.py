@@ -16,6 +16,7 @@ from jsonschema.exceptions import SchemaError
 from .canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .models import Action, Connector
 from .rules import rule_operator
+from .spec import pattern_problem
 
 SCHEMA_PATH = Path(__file__).with_name("catalog.schema.json")
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -89,11 +90,15 @@ def _refuse_aliases(text: str) -> None:
             )
 
 
-def parse_catalog_text(text: str, source: str, *, allow_aliases: bool = False) -> dict[str, Any]:
-    """Parse YAML strictly. ``allow_aliases`` is for callers that bound the document's
-    size themselves (the OpenAPI importer counts nodes)."""
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_CATALOG_BYTES:
-        raise CatalogError(source, [CatalogProblem("", "the file is larger than 2 MiB")])
+def parse_catalog_text(
+    text: str, source: str, *, allow_aliases: bool = False, max_bytes: int = MAX_CATALOG_BYTES
+) -> dict[str, Any]:
+    """Parse YAML strictly. ``allow_aliases`` and ``max_bytes`` are for callers that bound
+    the document's size themselves (the OpenAPI importer counts nodes)."""
+    if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise CatalogError(
+            source, [CatalogProblem("", f"the file is larger than {max_bytes // 2**20} MiB")]
+        )
     try:
         if not allow_aliases:
             _refuse_aliases(text)
@@ -162,6 +167,19 @@ def validate_catalog(document: dict[str, Any], source: str) -> None:
     for name, action in (document.get("actions") or {}).items():
         base = f"/actions/{escape_pointer_token(name)}"
         problems.extend(_check_action(base, action, known_connectors))
+    actions = document.get("actions") or {}
+    for i, name in enumerate(document.get("unconfirmed_classes") or []):
+        if name not in actions:
+            problems.append(
+                CatalogProblem(f"/unconfirmed_classes/{i}", f"{name!r} is no action of this file")
+            )
+        elif actions[name].get("enabled", True):
+            problems.append(
+                CatalogProblem(
+                    f"/actions/{escape_pointer_token(name)}/enabled",
+                    "an action whose class is unconfirmed cannot be enabled",
+                )
+            )
     if problems:
         raise CatalogError(source, problems)
 
@@ -208,6 +226,7 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         if "{" in leftover or "}" in leftover:
             problem(where, "unbalanced braces in path template")
     out.extend(_check_input_strictness(base, schema, path_fields=_path_fields(action)))
+    out.extend(_check_patterns(base, schema))
     card = action.get("card") or {}
     if action.get("enabled", True):
         for key in ("effect", "scope", "result", "consent", "retry"):
@@ -280,7 +299,103 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         problem("/write/precondition_field", "needs an object body to carry the expected version")
     if kind == "update" and not isinstance(write.get("body"), dict):
         problem("/write/body", "an update's body is a JSON merge patch object")
+    content_type = write.get("content_type")
+    if content_type == FORM_CONTENT_TYPE:
+        body = write.get("body")
+        if kind != "delete" and not isinstance(body, dict):
+            problem("/write/body", "a form body is an object of fields")
+        elif isinstance(body, dict) and write.get("form_style", "form") == "form":
+            for key, value in body.items():
+                if _nests(value, properties):
+                    problem(
+                        f"/write/body/{escape_pointer_token(key)}",
+                        "a form field holds an object or nested array: only form_style "
+                        "deep_object nests",
+                    )
+    elif "form_style" in write:
+        problem("/write/form_style", f"form_style is for {FORM_CONTENT_TYPE} bodies")
+    for name in write.get("headers") or {}:
+        lowered = name.lower()
+        if lowered in _RESERVED_HEADERS or lowered == write.get("idempotency_header", "").lower():
+            problem(
+                f"/write/headers/{escape_pointer_token(name)}",
+                f"{name} is set by Countersign itself (credentials, conditions, the "
+                "idempotency key, the body's type): an action cannot fix it",
+            )
+        elif _SECRET_HEADER.search(lowered):
+            problem(
+                f"/write/headers/{escape_pointer_token(name)}",
+                f"{name} looks like a credential: catalog values are not secret; store it "
+                "with set_credential",
+            )
     return out
+
+
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+# Headers the write client, the executor or HTTP itself set: a fixed header may not.
+_RESERVED_HEADERS = {
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "host",
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "accept",
+    "user-agent",
+    "idempotency-key",
+    "x-idempotency-key",
+}
+
+
+_SECRET_HEADER = re.compile(r"key|token|secret|auth|passw|session|signature|cookie|credential")
+
+
+def _schema_types(schema: Any) -> set[str]:
+    if not isinstance(schema, dict):
+        return set()
+    types = schema.get("type")
+    out = set(types) if isinstance(types, list) else {types} if isinstance(types, str) else set()
+    if "properties" in schema:
+        out.add("object")
+    return out
+
+
+def _nests(value: Any, properties: dict[str, Any]) -> bool:
+    """Whether a form field would hold an object, or an array of arrays or objects."""
+    if isinstance(value, dict) and set(value) == {"$input"}:
+        schema = properties.get(value["$input"])
+        types = _schema_types(schema)
+        if "object" in types:
+            return True
+        if "array" in types:
+            items = _schema_types((schema or {}).get("items"))
+            return bool(items & {"object", "array"}) or not items
+        return False
+    if isinstance(value, dict):
+        return True
+    if isinstance(value, list):
+        return any(
+            isinstance(item, list)
+            or (isinstance(item, dict) and set(item) != {"$input"})
+            or (
+                isinstance(item, dict)
+                and _schema_types(properties.get(item["$input"])) & {"object", "array"}
+            )
+            for item in value
+        )
+    return False
 
 
 def _path_fields(action: dict[str, Any]) -> set[str]:
@@ -341,6 +456,44 @@ def _check_input_strictness(
     return out
 
 
+# Keywords whose values are data, not schemas: a "pattern" key inside them is no pattern.
+_DATA_KEYWORDS = {"enum", "const", "default", "examples", "example"}
+
+
+def _check_patterns(base: str, schema: Any, where: str = "/input_schema") -> list[CatalogProblem]:
+    """Every pattern must be one RE2 can match in linear time (spec.InputValidator uses
+    RE2); ``patternProperties`` are refused: the fields of an input are named."""
+    out: list[CatalogProblem] = []
+    stack: list[tuple[Any, str]] = [(schema, where)]
+    while stack:
+        node, here = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, f"{here}/{i}") for i, item in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        if isinstance(node.get("pattern"), str):
+            problem = pattern_problem(node["pattern"])
+            if problem:
+                out.append(
+                    CatalogProblem(
+                        f"{base}{here}/pattern",
+                        f"the pattern cannot be matched in linear time: {problem}",
+                    )
+                )
+        if "patternProperties" in node:
+            out.append(
+                CatalogProblem(
+                    f"{base}{here}/patternProperties",
+                    "patternProperties are not allowed: name every field an input may have",
+                )
+            )
+        for key, value in node.items():
+            if key not in _DATA_KEYWORDS and key not in ("pattern", "patternProperties"):
+                stack.append((value, f"{here}/{escape_pointer_token(key)}"))
+    return sorted(out, key=lambda p: p.pointer)
+
+
 def _version_source(action: dict[str, Any]) -> str:
     return (action.get("version") or {"source": "hash"})["source"]
 
@@ -389,8 +542,16 @@ def load_catalog(
                 },
             )
             report.connectors.append(name)
+        unconfirmed = set(document.get("unconfirmed_classes") or [])
         for name, definition in (document.get("actions") or {}).items():
-            _, change = action_define(name=name, definition=definition, actor=actor)
+            # A file that says a class is unconfirmed keeps it so (an export of actions
+            # imported and not yet reviewed); otherwise its writer has stated the class.
+            _, change = action_define(
+                name=name,
+                definition=definition,
+                actor=actor,
+                class_confirmed=False if name in unconfirmed else None,
+            )
             getattr(report, change).append(name)
     return report
 

@@ -86,7 +86,7 @@ def export_catalog(*, connectors: list[str] | None = None) -> str:
         .order_by("name")
         .only("name", "definition", "class_confirmed")
     )
-    document = {
+    document: dict[str, Any] = {
         "version": 1,
         "connectors": {c.name: _connector_entry(c) for c in connector_rows},
         "actions": {a.name: a.definition for a in actions},
@@ -94,10 +94,11 @@ def export_catalog(*, connectors: list[str] | None = None) -> str:
     header = HEADER
     unconfirmed = [a.name for a in actions if not a.class_confirmed]
     if unconfirmed:
-        # The file format has no such flag, and loading a file means a person wrote the
-        # classes down; say so where the person reading this file will see it.
+        # The review state travels with the file: loading it keeps these unconfirmed
+        # (and so disabled) instead of taking the file as a person's statement.
+        document["unconfirmed_classes"] = unconfirmed
         header += (
-            "# Consequence class not yet confirmed in Countersign (review before loading): "
+            "# Consequence class not yet confirmed in Countersign (review before enabling): "
             + ", ".join(unconfirmed)
             + "\n"
         )

@@ -17,25 +17,45 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any
-from urllib.parse import unquote
+from html.parser import HTMLParser
+from typing import Any, NoReturn
+from urllib.parse import quote, unquote
 
+import yaml
 from django.db import transaction
 from jsonschema import Draft202012Validator
 
 from .canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
-from .catalog import CatalogError, CatalogProblem, parse_catalog_text, validate_action_definition
+from .catalog import (
+    CatalogError,
+    CatalogProblem,
+    parse_catalog_text,
+    validate_action_definition,
+)
 from .models import Action, Connector
+from .openapi.swagger import swagger_to_openapi
+from .spec import FORM_CONTENT_TYPE, pattern_problem
 
-MAX_TEXT_CHARS = 5_000_000
-# Bounds on the parsed document and on one operation's input schema: YAML aliases and
-# chains of $refs can make a small file expand enormously.
-MAX_DOCUMENT_NODES = 500_000
+# One limit for the command line and the admin upload: the largest public documents
+# (Stripe, OpenAI, PagerDuty, Twilio, Discord) are 1-7 MiB.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+# Bounds on the parsed document: YAML aliases and chains of $refs can make a small file
+# expand enormously, and a large one must not hold a process for minutes.
+MAX_DOCUMENT_NODES = 1_000_000
 MAX_DOCUMENT_DEPTH = 200
+MAX_REF_HOPS = 64  # $ref -> $ref -> ... before the target is a real object
+# Bounds on one operation's input schema.
 MAX_SCHEMA_DEPTH = 24
 MAX_SCHEMA_NODES = 5_000
+# Bounds on the whole import: schema nodes visited (converting, merging allOf, following
+# references) and seconds. Real documents need a few hundred thousand nodes at most.
+MAX_IMPORT_WORK = 3_000_000
+MAX_IMPORT_SECONDS = 20.0
+# libyaml's event parser when PyYAML was built with it (it also caps nesting at 1000).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 METHODS = ("get", "head", "post", "put", "patch", "delete", "options", "trace")
 WRITE_METHODS = {"post", "put", "patch", "delete"}
@@ -50,6 +70,7 @@ KINDS = ["create", "update", "replace", "delete", "invoke"]
 CLASSES = ["observation", "reversible", "external", "irreversible"]
 
 IDENTIFIER_PATTERN = "^[A-Za-z0-9_.-]{1,100}$"
+SAFE_INTEGER = 2**53 - 1
 DEFAULT_MAX_LENGTH = 200
 DEFAULT_MAX_ITEMS = 100
 # Verbs that say "something happens" without saying what: a summary built on one hides
@@ -129,6 +150,12 @@ X_COUNTERSIGN_SCHEMA: dict[str, Any] = {
             ]
         },
         "status_operation": {"type": "string", "minLength": 1, "maxLength": 200},
+        "headers": {
+            "type": "object",
+            "maxProperties": 10,
+            "propertyNames": {"pattern": "^[A-Za-z][A-Za-z0-9-]{0,63}$"},
+            "additionalProperties": {"type": "string", "pattern": "^[\\x20-\\x7E]{0,200}$"},
+        },
     },
 }
 
@@ -146,6 +173,8 @@ class ProposedAction:
     # "created" | "updated" | "unchanged"; None for a dry run or when not stored.
     stored: str | None = None
     class_source: str = "method"  # "method" | "x-countersign"
+    # The class the method implies, when the document declared a lower one.
+    class_lowered_from: str = ""
     status_operation: str = ""  # "getDeployment: GET /deployments/{id}"
     definition: dict[str, Any] = field(default_factory=dict)
     pointer: str = ""
@@ -194,12 +223,15 @@ class _Refused(Exception):
 
 
 class _FreeForm(Exception):
-    """A schema that accepts anything; the caller decides whether to drop or refuse it."""
+    """A value that cannot be offered to an agent (free-form, a URL, a pattern that is not
+    linear-time); the caller decides whether to drop it (optional) or refuse (required).
+    ``refusal`` is the message when it refuses the operation, if more than ``what``."""
 
-    def __init__(self, pointer: str, what: str) -> None:
+    def __init__(self, pointer: str, what: str, refusal: str = "") -> None:
         super().__init__(what)
         self.pointer = pointer
         self.what = what
+        self.refusal = refusal
 
 
 def _ptr(*tokens: str | int) -> str:
@@ -225,31 +257,128 @@ def _names(value: Any) -> list[str]:
 # --- the document ----------------------------------------------------------------------------
 
 
-def _parse(text: str, source: str) -> dict[str, Any]:
-    if len(text) > MAX_TEXT_CHARS:
-        raise OpenAPIImportError(
-            [CatalogProblem("", f"the document is larger than {MAX_TEXT_CHARS} characters")],
-            source,
+class _Exhausted(Exception):
+    """The document needs more work than an import may spend: refuse all of it."""
+
+    def __init__(self, pointer: str, message: str) -> None:
+        super().__init__(message)
+        self.pointer = pointer
+        self.message = message
+
+
+class _Budget:
+    """Work and time one import may spend, so that no document can hold a process.
+
+    Work is counted in schema nodes visited (converting, merging ``allOf`` parts,
+    following references); time is checked every few hundred units of work.
+    """
+
+    def __init__(self, work: int | None = None, seconds: float | None = None) -> None:
+        self.work = MAX_IMPORT_WORK if work is None else work
+        self.seconds = MAX_IMPORT_SECONDS if seconds is None else seconds
+        self.left = self.work
+        self.deadline = time.monotonic() + self.seconds
+        self._until_clock = 256
+
+    def spend(self, pointer: str, units: int = 1) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise _Exhausted(
+                pointer,
+                f"the document needs more than {self.work} schema nodes of work to import "
+                "(nested allOf, references used many times): refused",
+            )
+        self._until_clock -= units
+        if self._until_clock <= 0:
+            self._until_clock = 256
+            self.check_time(pointer)
+
+    def check_time(self, pointer: str = "") -> None:
+        if time.monotonic() > self.deadline:
+            raise _Exhausted(
+                pointer,
+                f"importing the document takes longer than {self.seconds:g} seconds: refused",
+            )
+
+
+# A JSON string, quotes and escapes included; possessive, so it never backtracks.
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"')
+_STARTS_JSON = re.compile(r"\s*[\[{]")
+
+
+def _parse(text: str, source: str, budget: _Budget) -> dict[str, Any]:
+    def refuse(message: str, pointer: str = "") -> NoReturn:
+        raise OpenAPIImportError([CatalogProblem(pointer, message)], source)
+
+    # Characters never outnumber bytes: encode only when the count alone cannot decide.
+    size = len(text)
+    if size * 4 > MAX_DOCUMENT_BYTES:
+        size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_DOCUMENT_BYTES:
+        refuse(
+            f"the document is {size / 2**20:.1f} MiB; at most "
+            f"{MAX_DOCUMENT_BYTES // 2**20} MiB is imported"
         )
-    if text.lstrip().startswith("{"):
-        try:
-            document = json.loads(text, object_pairs_hook=_no_duplicates)
-        except (ValueError, _DuplicateKey) as exc:
-            raise OpenAPIImportError(
-                [CatalogProblem("", f"not valid JSON: {exc}")], source
-            ) from None
-    else:
-        try:
-            document = parse_catalog_text(text, source, allow_aliases=True)
-        except CatalogError as exc:
-            raise OpenAPIImportError(exc.problems, source) from None
-    if not isinstance(document, dict):
-        raise OpenAPIImportError([CatalogProblem("", "the document must be a mapping")], source)
-    budget = [MAX_DOCUMENT_NODES]
+    too_large = (
+        f"the document has more than {MAX_DOCUMENT_NODES} values or is nested more than "
+        f"{MAX_DOCUMENT_DEPTH} levels deep: refused"
+    )
     try:
-        return _plain(document, "", 0, budget)
+        if _STARTS_JSON.match(text):
+            # Count the values before building them: a few megabytes of "[[],[],...]"
+            # would otherwise become hundreds of megabytes of lists.
+            bare = _JSON_STRING.sub("", text)
+            if bare.count(",") + bare.count("[") + bare.count("{") > MAX_DOCUMENT_NODES:
+                refuse(too_large)
+            del bare
+            try:
+                document = json.loads(text, object_pairs_hook=_no_duplicates)
+            except (ValueError, _DuplicateKey) as exc:
+                refuse(f"not valid JSON: {exc}")
+        else:
+            if not _yaml_within_bounds(text, budget):
+                refuse(too_large)
+            try:
+                document = parse_catalog_text(
+                    text, source, allow_aliases=True, max_bytes=MAX_DOCUMENT_BYTES
+                )
+            except CatalogError as exc:
+                raise OpenAPIImportError(exc.problems, source) from None
+    except RecursionError:
+        refuse(too_large)
+    if not isinstance(document, dict):
+        refuse("the document must be a mapping")
+    nodes = [MAX_DOCUMENT_NODES]
+    try:
+        return _plain(document, "", 0, nodes, budget)
     except _Refused as exc:
         raise OpenAPIImportError([CatalogProblem(exc.pointer, exc.message)], source) from None
+
+
+def _yaml_within_bounds(text: str, budget: _Budget) -> bool:
+    """Count YAML events before composing any node: composed nodes cost far more memory
+    than the text, and a flood of tiny ones is cheap to write. A document that is not
+    valid YAML passes here and is refused by the parser with its line and column."""
+    events = depth = 0
+    starts = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+    ends = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    try:
+        for event in yaml.parse(text, Loader=_YAML_LOADER):
+            events += 1
+            if isinstance(event, starts):
+                depth += 1
+                if depth > MAX_DOCUMENT_DEPTH:
+                    return False
+            elif isinstance(event, ends):
+                depth -= 1
+            # A key and its value are two events.
+            if events > 2 * MAX_DOCUMENT_NODES:
+                return False
+            if not events % 4096:
+                budget.check_time()
+    except yaml.YAMLError:
+        return True
+    return True
 
 
 class _DuplicateKey(ValueError):
@@ -265,31 +394,43 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _plain(value: Any, pointer: str, depth: int, budget: list[int]) -> Any:
+def _plain(value: Any, pointer: str, depth: int, nodes: list[int], budget: _Budget) -> Any:
     """A fresh tree of plain JSON values: string keys (YAML reads ``202:`` as an int),
     dates as ISO strings, no shared or recursive nodes, bounded in size."""
-    budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DOCUMENT_DEPTH:
-        raise _Refused(pointer, "the document is too large or nested too deeply")
+    nodes[0] -= 1
+    if nodes[0] < 0 or depth > MAX_DOCUMENT_DEPTH:
+        raise _Refused(
+            pointer if len(pointer) < 120 else pointer[:120] + "...",
+            f"the document has more than {MAX_DOCUMENT_NODES} values (YAML aliases "
+            f"included) or is nested more than {MAX_DOCUMENT_DEPTH} levels deep: refused",
+        )
+    if not nodes[0] % 4096:
+        budget.check_time(pointer)
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(key, bool) or not isinstance(key, str | int):
                 raise _Refused(pointer, f"key {key!r} is not a string; quote it")
             key = str(key)
-            out[key] = _plain(item, f"{pointer}/{escape_pointer_token(key)}", depth + 1, budget)
+            out[key] = _plain(
+                item, f"{pointer}/{escape_pointer_token(key)}", depth + 1, nodes, budget
+            )
         return out
     if isinstance(value, list):
-        return [_plain(v, f"{pointer}/{i}", depth + 1, budget) for i, v in enumerate(value)]
+        return [_plain(v, f"{pointer}/{i}", depth + 1, nodes, budget) for i, v in enumerate(value)]
     if isinstance(value, datetime | date):
         return value.isoformat()
     return value
 
 
 class _Document:
-    def __init__(self, root: dict[str, Any], source: str) -> None:
+    def __init__(self, root: dict[str, Any], source: str, budget: _Budget | None = None) -> None:
         self.root = root
         self.source = source
+        self.budget = budget or _Budget()
+        # allOf merges by the identity of the node merged (kept alive here, so an id is
+        # never reused): each schema is merged once, however often it is referenced.
+        self._merged: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._check_version()
         self._check_refs()
         self.is_30 = str(root["openapi"]).startswith("3.0")
@@ -302,8 +443,8 @@ class _Document:
         if "swagger" in root:
             self._refuse(
                 "/swagger",
-                f"Swagger {root['swagger']} documents are not imported: convert the "
-                "document to OpenAPI 3.0 or 3.1 first",
+                f"Swagger {root['swagger']!r} is not imported (Swagger 2.0 is converted; "
+                "other versions are not)",
             )
         version = root.get("openapi")
         if not isinstance(version, str):
@@ -321,8 +462,12 @@ class _Document:
         """
         problems: list[CatalogProblem] = []
         stack: list[tuple[Any, str]] = [(self.root, "")]
+        visited = 0
         while stack:
             node, pointer = stack.pop()
+            visited += 1
+            if not visited % 4096:
+                self.budget.check_time(pointer)
             if isinstance(node, dict):
                 for key, value in node.items():
                     here = f"{pointer}/{escape_pointer_token(key)}"
@@ -370,6 +515,7 @@ class _Document:
         self, node: Any, pointer: str, stack: tuple[str, ...] = ()
     ) -> tuple[Any, str, tuple[str, ...]]:
         """Follow ``$ref`` chains; siblings of a ``$ref`` (3.1) override the target."""
+        hops = 0
         while isinstance(node, dict) and isinstance(node.get("$ref"), str):
             ref = node["$ref"]
             if ref in stack:
@@ -378,6 +524,10 @@ class _Document:
                     f"recursive schema: {ref} refers back to itself; an action's input "
                     "must be finite",
                 )
+            hops += 1
+            if hops > MAX_REF_HOPS or len(stack) > MAX_REF_HOPS + MAX_SCHEMA_DEPTH:
+                raise _Refused(pointer, f"more than {MAX_REF_HOPS} references in a chain")
+            self.budget.spend(pointer)
             stack = (*stack, ref)
             target = self.resolve(ref)
             siblings = {k: v for k, v in node.items() if k != "$ref"}
@@ -389,7 +539,12 @@ class _Document:
         out = []
         for path, item in self.root["paths"].items():
             item_pointer = _ptr("paths", path)
-            item, _, _ = self.deref(item, item_pointer)
+            try:
+                item, _, _ = self.deref(item, item_pointer)
+            except _Refused as exc:
+                # A path item that refers back to itself (or to a chain too long) names
+                # no operation at all: say which one, never a bare exception name.
+                self._refuse(exc.pointer, f"path item {path!r}: {exc.message}")
             if not isinstance(item, dict):
                 continue
             shared = _list(item.get("parameters"))
@@ -423,6 +578,11 @@ class _Operation:
 
     def describe(self) -> str:
         return f"{self.operation_id}: {self.label}" if self.operation_id else self.label
+
+    def text(self, key: str) -> str:
+        """The operation's summary or description as plain text (some are HTML)."""
+        value = self.node.get(key)
+        return plain_text(value) if isinstance(value, str) else ""
 
     def parameters(self) -> list[tuple[dict[str, Any], str]]:
         """Path-level parameters overridden by operation-level ones, references followed."""
@@ -472,6 +632,47 @@ def _is_json(media_type: str) -> bool:
     return base == "application/json" or base.endswith("+json")
 
 
+# --- text ----------------------------------------------------------------------------------
+
+_MARKUP = re.compile(r"<[A-Za-z/!]|&(?:#[0-9]{1,7}|#x[0-9A-Fa-f]{1,6}|[A-Za-z]{2,31});")
+_BLOCK_TAGS = {"p", "div", "br", "li", "ul", "ol", "tr", "table", "h1", "h2", "h3", "h4", "pre"}
+MAX_MARKUP_CHARS = 20_000  # what is kept of a text is far shorter; never parse more
+
+
+class _TextOnly(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+
+
+def plain_text(text: str) -> str:
+    """Summaries and descriptions as plain text: tags dropped, entities decoded, blank
+    lines between blocks. Text without markup is returned as it is (stripped)."""
+    text = text.strip()
+    if not _MARKUP.search(text[:MAX_MARKUP_CHARS]):
+        return text
+    parser = _TextOnly()
+    parser.feed(text[:MAX_MARKUP_CHARS])
+    parser.close()
+    lines = [" ".join(line.split()) for line in "".join(parser.parts).splitlines()]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out).strip()
+
+
 # --- naming and linting ----------------------------------------------------------------------
 
 
@@ -511,6 +712,19 @@ def _is_url_name(name: str) -> bool:
     return snake in URL_NAMES or snake.endswith(URL_SUFFIXES) or snake in {"callback_url"}
 
 
+_PATH_LITERAL = re.compile(r"%(?![0-9A-Fa-f]{2})|[^A-Za-z0-9_.~/%-]")
+
+
+def _encode_path_literals(path: str) -> str:
+    """Percent-encode what a catalog path template does not take raw (``/users/@me`` ->
+    ``/users/%40me``); the ``{field}`` placeholders are left as they are."""
+    parts = re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", path)
+    return "".join(
+        part if i % 2 else _PATH_LITERAL.sub(lambda m: quote(m.group(0), safe=""), part)
+        for i, part in enumerate(parts)
+    )
+
+
 def _identifier(name: str) -> str:
     """A path-template-safe input name for a path parameter."""
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -534,15 +748,24 @@ class _SchemaConverter:
         self.warn = warn
         self.nodes = 0
 
-    def merge_all_of(self, node: dict[str, Any], pointer: str, stack: tuple[str, ...]) -> dict:
+    def merge_all_of(
+        self, node: dict[str, Any], pointer: str, stack: tuple[str, ...], depth: int = 0
+    ) -> dict:
         if not isinstance(node.get("allOf"), list):
             return node
+        cached = self.doc._merged.get(id(node))
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        if depth > MAX_SCHEMA_DEPTH:
+            raise _Refused(pointer, f"allOf nested more than {MAX_SCHEMA_DEPTH} levels deep")
+        self.doc.budget.spend(pointer, 1 + len(node["allOf"]))
         merged = {k: v for k, v in node.items() if k != "allOf"}
         for i, raw in enumerate(node["allOf"]):
             part, part_pointer, part_stack = self.doc.deref(raw, f"{pointer}/allOf/{i}", stack)
             if not isinstance(part, dict):
                 raise _Refused(part_pointer, "allOf parts must be schema objects")
-            part = self.merge_all_of(part, part_pointer, part_stack)
+            part = self.merge_all_of(part, part_pointer, part_stack, depth + 1)
+            self.doc.budget.spend(part_pointer, len(part))
             for key, value in part.items():
                 if key == "properties" and isinstance(value, dict):
                     merged["properties"] = {**_dict(merged.get("properties")), **value}
@@ -552,6 +775,7 @@ class _SchemaConverter:
                     )
                 else:
                     merged.setdefault(key, value)
+        self.doc._merged[id(node)] = (node, merged)
         return merged
 
     def convert(
@@ -566,21 +790,31 @@ class _SchemaConverter:
     ) -> dict[str, Any]:
         self.nodes += 1
         if self.nodes > MAX_SCHEMA_NODES or depth > MAX_SCHEMA_DEPTH:
-            raise _Refused(pointer, "the input schema is too large or nested too deeply")
+            raise _Refused(
+                pointer,
+                f"the input schema has more than {MAX_SCHEMA_NODES} nodes or is nested more "
+                f"than {MAX_SCHEMA_DEPTH} levels deep",
+            )
+        self.doc.budget.spend(pointer)
         node, pointer, stack = self.doc.deref(raw, pointer, stack)
         if node is True or node == {}:
             raise _FreeForm(pointer, "free-form (any value)")
         if not isinstance(node, dict):
             raise _Refused(pointer, f"{name!r}: not a usable schema")
         node = self.merge_all_of(node, pointer, stack)
+        node, pointer, stack, nullable = self._unwrap_nullable(node, pointer, stack)
         fmt = node.get("format")
         if isinstance(fmt, str) and fmt.lower() in URL_FORMATS:
-            raise _Refused(
+            raise _FreeForm(
                 pointer,
-                f"{name!r} is a URL (format {fmt}): a URL an agent chooses makes the "
+                f"a URL (format {fmt})",
+                refusal=f"{name!r} is a URL (format {fmt}): a URL an agent chooses makes the "
                 "action a generic passthrough",
             )
         out: dict[str, Any] = {k: node[k] for k in SCHEMA_KEYWORDS if k in node}
+        for key in ("description", "title"):
+            if isinstance(out.get(key), str):
+                out[key] = plain_text(out[key])[:2000]
         types = self._types(node)
         if self.doc.is_30:
             for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
@@ -588,11 +822,12 @@ class _SchemaConverter:
                     out.pop(bound)
                     if node[bound] and limit in node:
                         out[bound] = out.pop(limit)
-            if node.get("nullable") is True:
-                if types and "null" not in types:
-                    types.append("null")
-                if isinstance(out.get("enum"), list) and None not in out["enum"]:
-                    out["enum"] = [*out["enum"], None]
+        if nullable:
+            if types and "null" not in types:
+                types.append("null")
+            if isinstance(out.get("enum"), list) and None not in out["enum"]:
+                out["enum"] = [*out["enum"], None]
+        self._safe_bounds(out, pointer, name)
         for combinator in ("oneOf", "anyOf"):
             if isinstance(node.get(combinator), list):
                 variants = []
@@ -608,8 +843,12 @@ class _SchemaConverter:
                             )
                         )
                     except _FreeForm as exc:
-                        raise _Refused(
-                            exc.pointer, f"{name!r}: one of its alternatives is {exc.what}"
+                        # Dropped when optional, like any value that cannot be offered.
+                        raise _FreeForm(
+                            exc.pointer,
+                            f"one of several shapes, one of them {exc.what}",
+                            refusal=exc.refusal
+                            or f"{name!r}: one of its alternatives is {exc.what}",
                         ) from None
                 out[combinator] = variants
         if not types and not any(k in out for k in ("enum", "const", "oneOf", "anyOf")):
@@ -618,6 +857,15 @@ class _SchemaConverter:
             out = {"type": types[0] if len(types) == 1 else types, **out}
         if "string" in types:
             self._bound_string(out, pointer, name, identifier=identifier)
+        if isinstance(out.get("pattern"), str):
+            problem = pattern_problem(out["pattern"])
+            if problem:
+                raise _FreeForm(
+                    pointer,
+                    f"a string whose pattern cannot be checked in linear time ({problem})",
+                    refusal=f"{name!r}: its pattern {out['pattern']!r} cannot be checked in "
+                    f"linear time ({problem})",
+                )
         if "array" in types:
             if "items" not in node:
                 raise _FreeForm(pointer, "an array of anything")
@@ -626,7 +874,9 @@ class _SchemaConverter:
                     node["items"], f"{pointer}/items", name=name, stack=stack, depth=depth + 1
                 )
             except _FreeForm as exc:
-                raise _FreeForm(exc.pointer, f"an array of {exc.what} values") from None
+                raise _FreeForm(
+                    exc.pointer, f"an array of {exc.what} values", refusal=exc.refusal
+                ) from None
             if "maxItems" not in out and not any(k in out for k in ("enum", "const")):
                 out["maxItems"] = DEFAULT_MAX_ITEMS
                 self.warn(pointer, f"{name!r}: no maxItems; proposed {DEFAULT_MAX_ITEMS}")
@@ -641,10 +891,75 @@ class _SchemaConverter:
                     "are refused, never passed on)",
                 )
             out["properties"], required = self.properties(node, pointer, stack=stack, depth=depth)
+            if not out["properties"]:
+                raise _FreeForm(pointer, "an object none of whose fields can be offered")
             if required:
                 out["required"] = required
             out["additionalProperties"] = False
         return out
+
+    def _unwrap_nullable(
+        self, node: dict[str, Any], pointer: str, stack: tuple[str, ...]
+    ) -> tuple[dict[str, Any], str, tuple[str, ...], bool]:
+        """One schema that may also be null, however the document says so: 3.0's
+        ``nullable: true``, 3.1's ``type: [T, "null"]`` (left to ``_types``), or
+        ``anyOf``/``oneOf`` of a schema and ``{type: "null"}``."""
+        nullable = node.get("nullable") is True
+        for combinator in ("anyOf", "oneOf"):
+            variants = node.get(combinator)
+            if not isinstance(variants, list) or len(variants) < 2:
+                continue
+            resolved = []
+            for i, raw in enumerate(variants):
+                resolved.append(self.doc.deref(raw, f"{pointer}/{combinator}/{i}", stack))
+            nulls = [r for r in resolved if _is_null_schema(r[0])]
+            if not nulls:
+                continue
+            rest = [r for r in resolved if not _is_null_schema(r[0])]
+            if len(rest) != 1:
+                # Several shapes and null: keep the alternatives, allow null among them.
+                node = {**node, combinator: [r[0] for r in rest] + [{"type": "null"}]}
+                return node, pointer, stack, nullable
+            inner, inner_pointer, inner_stack = rest[0]
+            if not isinstance(inner, dict):
+                return node, pointer, stack, nullable
+            inner = self.merge_all_of(inner, inner_pointer, inner_stack)
+            outer = {k: v for k, v in node.items() if k not in (combinator, "nullable")}
+            # The alternative's own keywords win; the outer description or bounds stay.
+            merged = {**outer, **inner}
+            return merged, inner_pointer, inner_stack, True
+        return node, pointer, stack, nullable
+
+    def _safe_bounds(self, out: dict[str, Any], pointer: str, name: str) -> None:
+        """Numeric bounds beyond what JSON numbers carry exactly (±2**53-1) are tightened to
+        that range: the catalog keeps big numbers as strings, and a tighter bound never
+        admits anything the document refuses."""
+        for key, limit in (
+            ("maximum", SAFE_INTEGER),
+            ("exclusiveMaximum", SAFE_INTEGER),
+            ("minimum", -SAFE_INTEGER),
+            ("exclusiveMinimum", -SAFE_INTEGER),
+        ):
+            value = out.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if abs(value) > SAFE_INTEGER:
+                out[key] = limit
+                self.warn(
+                    pointer,
+                    f"{name!r}: {key} {value} is beyond what JSON numbers carry exactly; "
+                    f"tightened to {limit}",
+                )
+        for key in ("enum", "const", "default"):
+            values = out.get(key) if key == "enum" else [out.get(key)]
+            if isinstance(values, list) and any(
+                isinstance(v, int) and not isinstance(v, bool) and abs(v) > SAFE_INTEGER
+                for v in values
+            ):
+                raise _FreeForm(
+                    pointer,
+                    f"a number beyond what JSON numbers carry exactly ({key})",
+                )
 
     def _types(self, node: dict[str, Any]) -> list[str]:
         raw = node.get("type")
@@ -687,6 +1002,10 @@ class _SchemaConverter:
         depth: int,
         skip: set[str] | None = None,
     ) -> tuple[dict[str, Any], list[str]]:
+        """The fields that can be offered. One that cannot (free-form, a URL, a pattern
+        that is not linear-time) is dropped with a warning when it is optional; when it
+        is required, so is the object holding it, up to the body, whose operation is then
+        refused."""
         required_in = _names(node.get("required"))
         out: dict[str, Any] = {}
         for prop, raw in _dict(node.get("properties")).items():
@@ -696,13 +1015,14 @@ class _SchemaConverter:
             peek, _, _ = self.doc.deref(raw, prop_pointer, stack)
             if isinstance(peek, dict) and peek.get("readOnly") is True:
                 continue  # set by the server: never an input
-            if _is_url_name(prop):
-                raise _Refused(
-                    prop_pointer,
-                    f"{prop!r} names a URL: a URL an agent chooses makes the action a "
-                    "generic passthrough",
-                )
             try:
+                if _is_url_name(prop):
+                    raise _FreeForm(
+                        prop_pointer,
+                        "a URL (by its name)",
+                        refusal=f"{prop!r} names a URL: a URL an agent chooses makes the "
+                        "action a generic passthrough",
+                    )
                 out[prop] = self.convert(
                     raw,
                     prop_pointer,
@@ -712,14 +1032,35 @@ class _SchemaConverter:
                     identifier=_looks_like_id(prop),
                 )
             except _FreeForm as exc:
-                if prop in required_in:
+                if prop not in required_in:
+                    self.warn(exc.pointer, f"optional field {prop!r} is {exc.what}: not offered")
+                    continue
+                if depth == 0:
                     raise _Refused(
                         exc.pointer,
-                        f"required field {prop!r} is {exc.what}: a generic passthrough",
+                        exc.refusal
+                        or f"required field {prop!r} is {exc.what}: a generic passthrough",
                     ) from None
-                self.warn(exc.pointer, f"optional field {prop!r} is {exc.what}: not offered")
+                raise _FreeForm(
+                    exc.pointer,
+                    f"an object whose required field {prop!r} is {exc.what}",
+                    refusal=exc.refusal,
+                ) from None
         required = [r for r in required_in if r in out]
         return out, required
+
+
+def _types_of(schema: Any) -> set[str]:
+    if not isinstance(schema, dict):
+        return set()
+    raw = schema.get("type")
+    return set(raw) if isinstance(raw, list) else {raw} if isinstance(raw, str) else set()
+
+
+def _is_null_schema(node: Any) -> bool:
+    return isinstance(node, dict) and (
+        node.get("type") == "null" or node.get("type") == ["null"] or node.get("enum") == [None]
+    )
 
 
 _ID_NAME = re.compile(r"(^id$|_id$|Id$)")
@@ -751,6 +1092,7 @@ class _Draft:
     kind: str
     consequence_class: str
     class_source: str
+    class_lowered_from: str
     definition: dict[str, Any]
     warnings: list[dict[str, str]]
     status_operation: str
@@ -770,9 +1112,17 @@ def _x_countersign(op: _Operation) -> dict[str, Any]:
 
 
 class _Proposer:
-    def __init__(self, doc: _Document, connector: str) -> None:
+    def __init__(
+        self,
+        doc: _Document,
+        connector: str,
+        prefix: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.doc = doc
         self.connector = connector
+        self.prefix = prefix
+        self.headers = {name.lower(): value for name, value in (headers or {}).items()}
         ops = doc.operations()
         self.operations = ops
         self.gets_by_path = {op.path: op for op in ops if op.method == "get"}
@@ -792,6 +1142,8 @@ class _Proposer:
             name = xc["name"]
         elif not from_id:
             warn(op.pointer, f"no operationId: the name {name!r} was derived from the path")
+        if self.prefix:
+            name = (self.prefix + name)[:64].rstrip("_-")
         method = op.method
         get_op = self.gets_by_path.get(op.path)
         kind = xc.get("kind") or DEFAULT_KIND[method]
@@ -808,8 +1160,34 @@ class _Proposer:
                 "shows the request, not a before/after)",
             )
             kind = "invoke"
-        consequence_class = xc.get("class") or DEFAULT_CLASS[method]
+        implied = DEFAULT_CLASS[method]
+        if kind == "invoke" and method in ("put", "patch"):
+            # Nothing is read, so nothing shows what the change replaces, and nothing here
+            # could put it back: as consequential as any other command that is sent.
+            implied = "external"
+            if "class" not in xc:
+                warn(
+                    op.pointer,
+                    f"proposed external, not reversible: with no GET {op.path} the change "
+                    "is not previewed against the current state and cannot be undone from "
+                    "what Countersign knows",
+                )
+        consequence_class = xc.get("class") or implied
         class_source = "x-countersign" if "class" in xc else "method"
+        class_lowered_from = ""
+        if consequence_class == "observation":
+            raise _Refused(
+                f"{op.pointer}/x-countersign/class",
+                f"x-countersign declares a {method.upper()} an observation: a write is never "
+                "an observation (the lowest class for a write is reversible)",
+            )
+        if CLASSES.index(consequence_class) < CLASSES.index(implied):
+            class_lowered_from = implied
+            warn(
+                f"{op.pointer}/x-countersign/class",
+                f"the document lowers the class from {implied} (what a {method.upper()} "
+                f"{kind} implies) to {consequence_class}: an admin confirms it before enabling",
+            )
         if op.node.get("deprecated") is True:
             warn(op.pointer, "the operation is deprecated")
 
@@ -819,6 +1197,7 @@ class _Proposer:
         target = op.path
         documented = {"if-match": False, "if-none-match": False}
         idempotency_header = ""
+        fixed_headers: dict[str, str] = {}
         path_params = set(re.findall(r"\{([^{}]+)\}", op.path))
         for param, pointer in op.parameters():
             pname, where = param["name"], param["in"]
@@ -831,7 +1210,9 @@ class _Proposer:
                     properties[input_name] = converter.convert(
                         schema, f"{pointer}/schema", name=input_name, identifier=True
                     )
-                except _FreeForm:
+                except _FreeForm as exc:
+                    if exc.refusal:  # a URL, a pattern that is not linear-time
+                        raise _Refused(exc.pointer, exc.refusal) from None
                     properties[input_name] = converter.convert(
                         {"type": "string"}, f"{pointer}/schema", name=input_name, identifier=True
                     )
@@ -853,8 +1234,23 @@ class _Proposer:
                 elif lower in IDEMPOTENCY_HEADERS:
                     idempotency_header = pname
                 elif lower not in HANDLED_HEADERS:
-                    strength = "required " if param.get("required") is True else ""
-                    warn(pointer, f"{strength}header {pname!r} is not forwarded by Countersign")
+                    value = self._fixed_header(pname, param, xc)
+                    if value is not None:
+                        fixed_headers[pname] = value
+                        warn(
+                            pointer,
+                            f"header {pname!r} is always sent as {value!r} (a fixed value, "
+                            "shown to reviewers in the request)",
+                        )
+                    elif param.get("required") is True:
+                        raise _Refused(
+                            pointer,
+                            f"required header {pname!r} has no value Countersign could send: "
+                            f"fix one with --header {pname}=VALUE (or x-countersign: "
+                            "{headers: {...}}), or the upstream refuses every request",
+                        )
+                    else:
+                        warn(pointer, f"header {pname!r} is not forwarded by Countersign")
             else:
                 warn(pointer, f"cookie parameter {pname!r} is not sent")
         for missing in sorted(path_params):
@@ -868,7 +1264,7 @@ class _Proposer:
 
         precondition_field = xc.get("precondition_field", "")
         body_skip = {precondition_field[1:]} if precondition_field.count("/") == 1 else set()
-        body_props, body_required, content_type, has_body = self._body(
+        body_props, body_required, content_type, has_body, form_style = self._body(
             op, kind, converter, warn, skip=body_skip
         )
         body_template: dict[str, Any] = {}
@@ -887,7 +1283,7 @@ class _Proposer:
             "consequence_class": consequence_class,
             "enabled": False,
         }
-        description = str(op.node.get("description") or "").strip()
+        description = op.text("description")
         if description:
             definition["description"] = description[:2000]
         definition["card"] = self._card(op, xc, warn)
@@ -896,6 +1292,14 @@ class _Proposer:
             input_schema["required"] = list(dict.fromkeys(required))
         input_schema["properties"] = properties
         definition["input_schema"] = input_schema
+        encoded = _encode_path_literals(target)
+        if encoded != target:
+            warn(
+                op.pointer,
+                f"the path is sent percent-encoded ({encoded}): characters such as '@' or "
+                "':' are not used raw in catalog paths; check the upstream accepts it",
+            )
+            target = encoded
         definition["target"] = target
 
         write: dict[str, Any] = {"method": method.upper()}
@@ -920,6 +1324,8 @@ class _Proposer:
         if kind != "delete":
             write["body"] = body_template
             write["content_type"] = content_type
+            if form_style == "deep_object":
+                write["form_style"] = form_style
         elif has_body:
             warn(f"{op.pointer}/requestBody", "the request body of a delete is not sent")
         if precondition != "none":
@@ -931,6 +1337,8 @@ class _Proposer:
             idempotency_header = retry["idempotency_header"]
         if idempotency_header:
             write["idempotency_header"] = idempotency_header
+        if fixed_headers:
+            write["headers"] = fixed_headers
         definition["write"] = write
         if precondition == "none" and not idempotency_header:
             warn(
@@ -946,13 +1354,30 @@ class _Proposer:
             kind=kind,
             consequence_class=consequence_class,
             class_source=class_source,
+            class_lowered_from=class_lowered_from,
             definition=definition,
             warnings=warnings,
             status_operation=status,
         )
 
+    def _fixed_header(self, name: str, param: dict[str, Any], xc: dict[str, Any]) -> str | None:
+        """The value an action always sends for a documented header: from x-countersign,
+        from the import's --header, or the one value the document allows."""
+        declared = {k.lower(): v for k, v in _dict(xc.get("headers")).items()}
+        if name.lower() in declared:
+            return declared[name.lower()]
+        if name.lower() in self.headers:
+            return self.headers[name.lower()]
+        schema = _dict(param.get("schema"))
+        if isinstance(schema.get("const"), str):
+            return schema["const"]
+        enum = schema.get("enum")
+        if isinstance(enum, list) and len(enum) == 1 and isinstance(enum[0], str):
+            return enum[0]
+        return None
+
     def _title(self, op: _Operation, name: str, warn) -> str:
-        summary = str(op.node.get("summary") or "").strip().splitlines()
+        summary = op.text("summary").splitlines()
         title = summary[0].strip() if summary else ""
         if not title:
             warn(op.pointer, "no summary: the title was derived from the name; say what changes")
@@ -968,8 +1393,8 @@ class _Proposer:
         return title[:200]
 
     def _card(self, op: _Operation, xc: dict[str, Any], warn) -> dict[str, str]:
-        summary = str(op.node.get("summary") or "").strip()
-        description = str(op.node.get("description") or "").strip()
+        summary = op.text("summary")
+        description = op.text("description")
         effect = summary or re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0]
         card = {"effect": effect[:500], "scope": "", "result": "", "consent": "", "retry": ""}
         card.update(xc.get("card") or {})
@@ -983,7 +1408,9 @@ class _Proposer:
 
     def _body(
         self, op: _Operation, kind: str, converter: _SchemaConverter, warn, *, skip: set[str]
-    ) -> tuple[dict[str, Any], list[str], str, bool]:
+    ) -> tuple[dict[str, Any], list[str], str, bool, str]:
+        """The body's inputs, the required ones, the media type, whether a body is
+        documented, and the form style ("" unless a form)."""
         default_type = "application/merge-patch+json" if kind == "update" else "application/json"
         raw = op.node.get("requestBody")
         if raw is None:
@@ -991,10 +1418,10 @@ class _Proposer:
                 raise _Refused(op.pointer, f"a {kind} needs a JSON request body; none documented")
             if kind == "invoke":
                 warn(op.pointer, "no request body documented: the action sends {}")
-            return {}, [], default_type, False
+            return {}, [], default_type, False, ""
         body, pointer, stack = self.doc.deref(raw, f"{op.pointer}/requestBody")
         if kind == "delete":
-            return {}, [], default_type, True
+            return {}, [], default_type, True, ""
         if not isinstance(body, dict):
             raise _Refused(pointer, "the request body is not a Request Body object")
         content = body.get("content")
@@ -1004,12 +1431,12 @@ class _Proposer:
         preferred = ["application/merge-patch+json", "application/json"]
         if kind != "update":
             preferred.reverse()
-        chosen = next((m for m in preferred if m in media), None)
+        chosen = next((m for m in [*preferred, FORM_CONTENT_TYPE] if m in media), None)
         if chosen is None:
             raise _Refused(
                 f"{pointer}/content",
-                f"request body types {sorted(media)} cannot be sent: only application/json "
-                "and application/merge-patch+json objects",
+                f"request body types {sorted(media)} cannot be sent: only application/json, "
+                "application/merge-patch+json and application/x-www-form-urlencoded objects",
             )
         media_pointer = f"{pointer}/content/{escape_pointer_token(media[chosen])}"
         entry = content[media[chosen]]
@@ -1043,7 +1470,46 @@ class _Proposer:
         props, required = converter.properties(
             schema, schema_pointer, stack=stack, depth=0, skip=skip
         )
-        return props, required, chosen, True
+        style = ""
+        if chosen == FORM_CONTENT_TYPE:
+            style = self._form_style(entry, media_pointer, props, required, warn)
+            required = [r for r in required if r in props]
+        if not props and any(name not in skip for name in schema["properties"]):
+            raise _Refused(schema_pointer, "none of the request body's fields can be offered")
+        return props, required, chosen, True, style
+
+    def _form_style(
+        self,
+        entry: dict[str, Any],
+        pointer: str,
+        props: dict[str, Any],
+        required: list[str],
+        warn,
+    ) -> str:
+        """``deep_object`` when the document encodes any field that way (``a[b]=``, as
+        Stripe does), else ``form``, where a field holding an object or an array of
+        them has no agreed encoding: dropped when optional, refused when required."""
+        encoding = _dict(entry.get("encoding"))
+        if any(_dict(e).get("style") == "deepObject" for e in encoding.values()):
+            return "deep_object"
+        for name in list(props):
+            schema = props[name]
+            types = _types_of(schema)
+            items = _types_of(schema.get("items")) if "array" in types else set()
+            if "object" in types or items & {"object", "array"}:
+                if name in required:
+                    raise _Refused(
+                        f"{pointer}/schema",
+                        f"required form field {name!r} holds an object: the document "
+                        "declares no deepObject encoding for it",
+                    )
+                del props[name]
+                warn(
+                    f"{pointer}/schema",
+                    f"optional form field {name!r} holds an object and the document "
+                    "declares no deepObject encoding: not offered",
+                )
+        return "form"
 
     def _version(
         self, op: _Operation, get_op: _Operation, documented: dict[str, bool], warn
@@ -1126,22 +1592,89 @@ def import_openapi(
     source_name: str = "<upload>",
     dry_run: bool = False,
     create_connector: bool = False,
+    prefix: str = "",
+    only: list[str] | None = None,
+    tags: list[str] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> ImportReport:
     """Propose one disabled action per write operation; store them all or none.
+
+    ``prefix`` is put before every proposed name (names are unique in the catalog, and
+    two APIs often use the same ones); ``only`` (operationIds) and ``tags`` select the
+    operations considered; ``headers`` gives the values of documented headers an action
+    always sends (a ``From`` the upstream requires).
 
     Raises OpenAPIImportError when the document as a whole is refused (not OpenAPI 3,
     references outside the document, unknown connector). Single operations that cannot
     become a narrow action are listed in ``report.refused`` and not stored.
     """
-    doc = _Document(_parse(text, source_name), source_name)
+    budget = _Budget()
+    try:
+        return _import(
+            text,
+            budget,
+            connector=connector,
+            actor=actor,
+            source_name=source_name,
+            dry_run=dry_run,
+            create_connector=create_connector,
+            prefix=prefix,
+            only=only,
+            tags=tags,
+            headers=headers or {},
+        )
+    except _Exhausted as exc:
+        raise OpenAPIImportError([CatalogProblem(exc.pointer, exc.message)], source_name) from None
+    except RecursionError:
+        # Every walk is bounded in depth; this is the backstop, never a traceback.
+        raise OpenAPIImportError(
+            [CatalogProblem("", "the document is nested too deeply to import")], source_name
+        ) from None
+
+
+def _import(
+    text: str,
+    budget: _Budget,
+    *,
+    connector: str,
+    actor: str,
+    source_name: str,
+    dry_run: bool,
+    create_connector: bool,
+    prefix: str,
+    only: list[str] | None,
+    tags: list[str] | None,
+    headers: dict[str, str],
+) -> ImportReport:
+    for name, value in headers.items():
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,63}", name) or not re.fullmatch(
+            r"[\x20-\x7E]{0,200}", value
+        ):
+            raise OpenAPIImportError(
+                [CatalogProblem("", f"header {name!r}: a token name and printable ASCII value")],
+                source_name,
+            )
+    if prefix and not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", prefix):
+        raise OpenAPIImportError(
+            [CatalogProblem("", f"prefix {prefix!r}: lowercase letters, digits and _ only")],
+            source_name,
+        )
+    root = _parse(text, source_name, budget)
+    notes: list[str] = []
+    if root.get("swagger") == "2.0":
+        root, notes = swagger_to_openapi(root)
+        notes.insert(0, "converted from Swagger 2.0 to OpenAPI 3.0 before importing")
+    doc = _Document(root, source_name, budget)
     report = ImportReport(connector=connector, source_name=source_name, dry_run=dry_run)
+    report.warnings.extend(_problem("/swagger", note) for note in notes)
     for key in ("webhooks", "x-countersign"):
         if key in doc.root:
             report.warnings.append(_problem(f"/{key}", f"{key} at the top level is not imported"))
-    proposer = _Proposer(doc, connector)
+    proposer = _Proposer(doc, connector, prefix, headers)
     drafts: list[_Draft] = []
     names: dict[str, str] = {}
-    for op in proposer.operations:
+    for op in _selected(doc, proposer.operations, only=only, tags=tags):
+        budget.check_time(op.pointer)
         if op.method in ("get", "head"):
             report.reads.append(op.describe())
             continue
@@ -1192,7 +1725,7 @@ def import_openapi(
 
     with transaction.atomic():
         report.connector_created = _ensure_connector(doc, connector, create_connector)
-        accepted = _check_drafts(drafts, report)
+        accepted = _check_drafts(drafts, report, budget)
         if not dry_run:
             _store(accepted, actor=actor)
         stored_names = {p.name for p in report.proposed if p.stored in ("created", "updated")}
@@ -1213,6 +1746,29 @@ def import_openapi(
         if dry_run:
             transaction.set_rollback(True)
     return report
+
+
+def _selected(
+    doc: _Document, operations: list[_Operation], *, only: list[str] | None, tags: list[str] | None
+) -> list[_Operation]:
+    """The operations an import considers: all, or those named (operationIds) or tagged.
+    A name that matches nothing refuses the import: a typo must not import nothing."""
+    if not only and not tags:
+        return operations
+    wanted_ids = set(only or [])
+    wanted_tags = set(tags or [])
+    unknown = sorted(wanted_ids - {op.operation_id for op in operations})
+    if unknown:
+        doc._refuse("/paths", f"--only names no operation of this document: {', '.join(unknown)}")
+    known_tags = {t for op in operations for t in _names(op.node.get("tags"))}
+    missing_tags = sorted(wanted_tags - known_tags)
+    if missing_tags:
+        doc._refuse("/paths", f"--tag names no tag of this document: {', '.join(missing_tags)}")
+    return [
+        op
+        for op in operations
+        if op.operation_id in wanted_ids or wanted_tags & set(_names(op.node.get("tags")))
+    ]
 
 
 def _ensure_connector(doc: _Document, name: str, create: bool) -> bool:
@@ -1239,12 +1795,18 @@ def _ensure_connector(doc: _Document, name: str, create: bool) -> bool:
 
 
 def _check_drafts(
-    drafts: list[_Draft], report: ImportReport
+    drafts: list[_Draft], report: ImportReport, budget: _Budget
 ) -> list[tuple[_Draft, ProposedAction]]:
     """Validate every proposal with the catalog's own checks; refuse what fails."""
     accepted = []
-    existing = {a.name: a for a in Action.objects.filter(name__in=[d.name for d in drafts])}
+    existing = {
+        a.name: a
+        for a in Action.objects.filter(name__in=[d.name for d in drafts]).select_related(
+            "connector"
+        )
+    }
     for draft in drafts:
+        budget.check_time(draft.op.pointer)
         problems = validate_action_definition(draft.name, draft.definition)
         if problems:
             report.refused.append(
@@ -1272,6 +1834,24 @@ def _check_drafts(
                 )
             )
             continue
+        if current is not None and current.connector.name != report.connector:
+            # Names are unique in the catalog. Another API's action of the same name is
+            # never re-pointed here: that would be a new action wearing a reviewed name.
+            report.refused.append(
+                RefusedOperation(
+                    draft.op.label,
+                    draft.name,
+                    [
+                        _problem(
+                            draft.op.pointer,
+                            f"an action named {draft.name!r} already exists for connector "
+                            f"{current.connector.name!r}: names are unique in the catalog; "
+                            f"import with a prefix (--prefix {report.connector}_)",
+                        )
+                    ],
+                )
+            )
+            continue
         proposed = ProposedAction(
             name=draft.name,
             operation=draft.op.label,
@@ -1279,6 +1859,7 @@ def _check_drafts(
             consequence_class=draft.consequence_class,
             warnings=draft.warnings,
             class_source=draft.class_source,
+            class_lowered_from=draft.class_lowered_from,
             status_operation=draft.status_operation,
             definition=draft.definition,
             pointer=draft.op.pointer,

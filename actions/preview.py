@@ -14,7 +14,7 @@ from typing import Any
 from .canonical import CanonicalJSONError, digest, escape_pointer_token
 from .exceptions import CountersignError
 from .models import Action
-from .spec import ActionSpec, markdown_block, markdown_code
+from .spec import FORM_CONTENT_TYPE, ActionSpec, form_pairs, markdown_block, markdown_code
 
 
 class PreviewError(CountersignError):
@@ -240,6 +240,7 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
         if weak:
             precondition["weak"] = True
 
+    headers.update(spec.write.headers)
     if spec.write.precondition == "if_match" and precondition["enforced_by"] == "if_match":
         headers["If-Match"] = read.version
     elif spec.write.precondition == "if_none_match":
@@ -247,6 +248,9 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
     elif spec.write.precondition == "field":
         write_body = set_pointer(body or {}, spec.write.precondition_field, read.version)
 
+    if write_body is not None and spec.write.content_type == FORM_CONTENT_TYPE:
+        # The exact pairs that will be sent, so the reviewer sees the request as it goes.
+        write_body = form_pairs(write_body, spec.write.form_style)
     write_path = spec.render_path(spec.write.path, values)
     write_request = {
         "method": spec.write.method,

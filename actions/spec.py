@@ -10,16 +10,83 @@ evaluated: free text never selects a resource, a method or a host.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from jsonschema import Draft202012Validator
+import re2
+from jsonschema import Draft202012Validator, ValidationError, validators
 
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ABSENT = object()
+
+
+# --- patterns --------------------------------------------------------------------------
+#
+# An agent's input is checked against patterns written in catalogs or imported from
+# OpenAPI documents. Python's ``re`` backtracks: ``^(a+)+$`` takes seconds on thirty
+# characters and doubles with each one more. RE2 matches in time linear in the input,
+# whatever the pattern; it refuses what it cannot do that way (backreferences,
+# lookaround), and so does the catalog loader, before any input is seen.
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused pattern is reported to the caller, not to stderr
+MAX_PATTERN_CHARS = 1000
+
+
+class PatternError(ValueError):
+    pass
+
+
+@functools.lru_cache(maxsize=2048)
+def compile_pattern(pattern: str):
+    """The RE2 program for a JSON Schema pattern (searched, not anchored, as JSON Schema
+    says). Raises PatternError when RE2 cannot take it."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise PatternError(f"longer than {MAX_PATTERN_CHARS} characters")
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise PatternError(f"RE2 refuses it: {reason}") from None
+
+
+def pattern_problem(pattern: str) -> str:
+    """Why a pattern cannot be used for input validation, or ``""``."""
+    try:
+        compile_pattern(pattern)
+    except PatternError as exc:
+        return str(exc)
+    return ""
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not compile_pattern(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator, patterns, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        program = compile_pattern(pattern)
+        for key, value in instance.items():
+            if program.search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+# Draft 2020-12 with every pattern matched by RE2. (``additionalProperties`` and
+# ``unevaluatedProperties`` would match ``patternProperties`` with ``re``; the catalog
+# refuses ``patternProperties`` in input schemas, so they never do.)
+InputValidator = validators.extend(
+    Draft202012Validator,
+    {"pattern": _pattern, "patternProperties": _pattern_properties},
+)
 
 
 class TemplateError(ValueError):
@@ -46,6 +113,12 @@ class WriteSpec:
     precondition: str = "none"  # "if_match" | "if_none_match" | "field" | "none"
     precondition_field: str = ""  # JSON pointer into the body, for precondition == "field"
     content_type: str = "application/json"
+    # For FORM_CONTENT_TYPE: "form" (arrays repeat the field, no nesting) or "deep_object"
+    # (``a[b]=`` and ``a[0]=``, as Stripe and Rails read forms).
+    form_style: str = "form"
+    # Header values the action always sends (a ``From`` some upstreams require); never
+    # a credential, a condition or the idempotency key (the loader refuses those).
+    headers: dict[str, str] = field(default_factory=dict)
     idempotency_header: str = ""
     # A 2xx answer whose body has this value at this pointer is a domain refusal: some
     # upstreams report "nothing changed" inside a 200. {"pointer": ..., "equals": ...}
@@ -123,6 +196,8 @@ class ActionSpec:
             precondition=w.get("precondition", "none"),
             precondition_field=w.get("precondition_field", ""),
             content_type=w.get("content_type", default_ct),
+            form_style=w.get("form_style", "form"),
+            headers=dict(w.get("headers") or {}),
             idempotency_header=w.get("idempotency_header", ""),
             rejected_when=w.get("rejected_when"),
             on_conflict=w.get("on_conflict", "rejected"),
@@ -177,9 +252,7 @@ class ActionSpec:
     # --- input -----------------------------------------------------------------
 
     def input_validator(self) -> Draft202012Validator:
-        return Draft202012Validator(
-            self.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
-        )
+        return InputValidator(self.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
     # --- templates ---------------------------------------------------------------
 
@@ -209,6 +282,56 @@ class ActionSpec:
             return ""
         fields = {key: markdown_code(value) for key, value in values.items()}
         return string.Formatter().vformat(self.summary, (), _Missing(fields))
+
+
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+MAX_FORM_DEPTH = 8
+
+
+def form_pairs(body: Any, style: str = "form") -> list[list[str]]:
+    """A form body as the exact ``[name, value]`` pairs the write sends, in order.
+
+    Values: strings as they are, numbers as JSON writes them, ``true``/``false``, and
+    null as an empty value (how form APIs clear a field). In the ``form`` style an array
+    repeats its field (``tag=a&tag=b``) and an object is refused; in ``deep_object``
+    fields nest with brackets (``address[city]=Paris``, ``tags[0]=a``).
+    """
+    if not isinstance(body, dict):
+        raise TemplateError("a form body is an object of fields")
+    pairs: list[list[str]] = []
+    for name, value in body.items():
+        _form_field(pairs, str(name), value, style, 0)
+    return pairs
+
+
+def _form_field(pairs: list[list[str]], name: str, value: Any, style: str, depth: int) -> None:
+    if depth > MAX_FORM_DEPTH:
+        raise TemplateError(f"form field {name!r} is nested too deeply")
+    if isinstance(value, dict):
+        if style != "deep_object":
+            raise TemplateError(f"form field {name!r} is an object: only deep_object forms nest")
+        for key, item in value.items():
+            _form_field(pairs, f"{name}[{key}]", item, style, depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if style == "deep_object":
+                _form_field(pairs, f"{name}[{i}]", item, style, depth + 1)
+            elif isinstance(item, dict | list):
+                raise TemplateError(f"form field {name!r} holds a nested value")
+            else:
+                pairs.append([name, _form_value(item)])
+    else:
+        pairs.append([name, _form_value(value)])
+
+
+def _form_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    return _json_text(value)
 
 
 class _Missing(dict):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 from django.conf import settings
@@ -206,11 +206,18 @@ class _Client:
         all_headers.update(headers or {})
         content = None
         if body is not None:
-            content = json.dumps(body, ensure_ascii=False).encode()
+            if content_type == FORM_CONTENT_TYPE:
+                content = _form_content(body)
+            else:
+                content = json.dumps(body, ensure_ascii=False).encode()
             all_headers["Content-Type"] = content_type
         # An OAuth2 credential may fetch its token here (TokenError: nothing was sent).
+        # Header names are case-insensitive: the credential's replace any spelling of
+        # theirs, so an action's fixed headers can never ride along as a second one.
         credential_headers = self._auth.headers()
         remember_secrets([*self._auth.secret_values(), *_presented_values(credential_headers)])
+        taken = {name.lower() for name in credential_headers}
+        all_headers = {k: v for k, v in all_headers.items() if k.lower() not in taken}
         all_headers.update(credential_headers)
         response = self._send(method, url, all_headers, content)
         if response.status == 401 and self._auth.renewable:
@@ -271,6 +278,22 @@ class _Client:
         except httpx.HTTPError as exc:
             # RemoteProtocolError and friends: the request was (at least partly) sent.
             raise UpstreamError(f"the connection broke: {type(exc).__name__}", sent=True) from None
+
+
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+
+
+def _form_content(body: Any) -> bytes:
+    """A form body comes as the exact ``[name, value]`` pairs the preview showed
+    (actions.spec.form_pairs): it is only encoded here, never reshaped."""
+    if not isinstance(body, list) or not all(
+        isinstance(pair, list | tuple)
+        and len(pair) == 2
+        and all(isinstance(part, str) for part in pair)
+        for pair in body
+    ):
+        raise ValueError("a form body is a list of [name, value] string pairs")
+    return urlencode([(name, value) for name, value in body]).encode("ascii")
 
 
 class ReadOnlyClient(_Client):

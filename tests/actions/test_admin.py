@@ -624,10 +624,10 @@ def test_the_import_page_renders(client, catalog):
 
 def test_the_import_refuses_large_files(client, catalog):
     demo = Connector.objects.get(name="demo")
-    upload = SimpleUploadedFile("big.json", b" " * (1024 * 1024 + 1))
+    upload = SimpleUploadedFile("big.json", b" " * (16 * 1024 * 1024 + 1))
     response = client.post(import_url(), {"connector": demo.pk, "file": upload, "dry_run": "on"})
     assert response.status_code == 200
-    assert "larger than 1 MiB" in response.content.decode()
+    assert "larger than 16 MiB" in response.content.decode()
 
 
 def test_the_import_needs_add_permission(client, catalog, reviewer):

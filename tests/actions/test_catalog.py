@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 import yaml
@@ -309,3 +310,134 @@ def test_the_command_reports_a_missing_file(db, tmp_path):
 def test_the_command_refuses_a_bad_base_url_override(db):
     with pytest.raises(CommandError, match="CONNECTOR=URL"):
         call_command("load_catalog", str(DEMO_CATALOG), "--base-url", "nonsense")
+
+
+# --- patterns: matched in linear time -------------------------------------------------------
+
+
+def test_a_pattern_without_a_linear_time_match_is_refused(catalog):
+    def mutate(d):
+        schema = d["actions"]["update_contact_email"]["input_schema"]
+        schema["properties"]["contact_id"]["pattern"] = "^(c)-\\1$"  # a backreference
+        schema["properties"]["email"]["pattern"] = "^(?!admin@)"  # a lookahead
+
+    problems = problems_by_pointer(load_refused(with_new_action(mutate)))
+    base = "/actions/update_contact_email/input_schema/properties"
+    assert (
+        "cannot be matched in linear time: RE2 refuses it"
+        in (problems[f"{base}/contact_id/pattern"])
+    )
+    assert "cannot be matched in linear time" in problems[f"{base}/email/pattern"]
+
+
+def test_pattern_properties_are_refused(catalog):
+    def mutate(d):
+        schema = d["actions"]["update_contact_email"]["input_schema"]
+        schema["patternProperties"] = {"^x-": {"type": "string", "maxLength": 5}}
+
+    problems = problems_by_pointer(load_refused(with_new_action(mutate)))
+    assert (
+        "patternProperties are not allowed"
+        in (problems["/actions/update_contact_email/input_schema/patternProperties"])
+    )
+
+
+def test_a_catastrophic_pattern_in_a_catalog_validates_input_in_milliseconds(catalog):
+    document = demo_document()
+    document["actions"]["update_contact_email"]["input_schema"]["properties"]["email"] = {
+        "type": "string",
+        "pattern": "^(a+)+$",
+        "maxLength": 254,
+    }
+    load_catalog(dump(document))
+    validator = Action.objects.get(name="update_contact_email").spec.input_validator()
+    # A backtracking engine needs seconds for this input, four times more per two characters.
+    value = {"contact_id": "c-1", "email": "a" * 26 + "!"}
+    started = time.monotonic()
+    errors = list(validator.iter_errors(value))
+    assert time.monotonic() - started < 0.05
+    assert len(errors) == 1 and "does not match '^(a+)+$'" in errors[0].message
+    assert not list(validator.iter_errors({"contact_id": "c-1", "email": "a" * 250}))
+
+
+# --- form bodies and fixed headers ----------------------------------------------------------
+
+
+def form_action(**write) -> dict:
+    return {
+        "title": "Send one text message",
+        "connector": "demo",
+        "kind": "invoke",
+        "consequence_class": "external",
+        "card": dict.fromkeys(["effect", "scope", "result", "consent", "retry"], "Said."),
+        "input_schema": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["to"],
+            "properties": {
+                "to": {"type": "string", "maxLength": 20},
+                "options": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"flash": {"type": "boolean"}},
+                },
+            },
+        },
+        "target": "/messages",
+        "write": {
+            "method": "POST",
+            "content_type": "application/x-www-form-urlencoded",
+            "body": {"to": {"$input": "to"}, "options": {"$input": "options"}},
+            **write,
+        },
+    }
+
+
+def test_a_form_body_that_nests_needs_deep_object(catalog):
+    document = demo_document()
+    document["actions"]["send_text"] = form_action()
+    problems = problems_by_pointer(load_refused(document))
+    assert (
+        "only form_style deep_object nests" in (problems["/actions/send_text/write/body/options"])
+    )
+
+    document["actions"]["send_text"] = form_action(form_style="deep_object")
+    load_catalog(dump(document))
+    assert Action.objects.get(name="send_text").spec.write.form_style == "deep_object"
+
+
+def test_form_style_is_only_for_forms(catalog):
+    document = demo_document()
+    document["actions"]["send_text"] = form_action(
+        content_type="application/json", form_style="form"
+    )
+    problems = problems_by_pointer(load_refused(document))
+    assert (
+        "form_style is for application/x-www-form-urlencoded"
+        in (problems["/actions/send_text/write/form_style"])
+    )
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("authorization", "set by Countersign itself"),
+        ("If-Match", "set by Countersign itself"),
+        ("Content-Type", "set by Countersign itself"),
+        ("X-Api-Key", "looks like a credential"),
+    ],
+)
+def test_fixed_headers_never_replace_what_countersign_sets(catalog, name, message):
+    document = demo_document()
+    document["actions"]["send_text"] = form_action(form_style="deep_object", headers={name: "x"})
+    problems = problems_by_pointer(load_refused(document))
+    assert message in problems[f"/actions/send_text/write/headers/{name}"]
+
+
+def test_a_fixed_header_value_is_printable_ascii(catalog):
+    document = demo_document()
+    document["actions"]["send_text"] = form_action(
+        form_style="deep_object", headers={"From": "ops@example.com\r\nX-Evil: 1"}
+    )
+    problems = problems_by_pointer(load_refused(document))
+    assert "/actions/send_text/write/headers/From" in problems

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from actions.catalog import action_define, load_catalog
+from actions.catalog import CatalogError, action_define, load_catalog
 from actions.export import ExportError, definition_text, export_catalog
 from actions.models import Action, ActionVersion, Connector, Credential
 
@@ -129,9 +129,36 @@ def test_it_never_exports_credentials(catalog):
 def test_unconfirmed_classes_are_called_out(catalog):
     definition = {**catalog["send_reminder"].definition, "enabled": False}
     action_define(name="send_reminder", definition=definition, actor="test", class_confirmed=False)
-    assert "not yet confirmed in Countersign (review before loading): send_reminder" in (
+    assert "not yet confirmed in Countersign (review before enabling): send_reminder" in (
         export_catalog()
     )
+
+
+def test_the_review_state_survives_export_and_reload(catalog):
+    definition = {**catalog["send_reminder"].definition, "enabled": False}
+    action_define(name="send_reminder", definition=definition, actor="test", class_confirmed=False)
+    before = {a.name: (a.digest, a.class_confirmed, a.enabled) for a in Action.objects.all()}
+    text = export_catalog()
+    assert yaml.safe_load(text)["unconfirmed_classes"] == ["send_reminder"]
+
+    wipe()
+    load_catalog(text, source="export.yaml")
+
+    after = {a.name: (a.digest, a.class_confirmed, a.enabled) for a in Action.objects.all()}
+    assert after == before
+    assert after["send_reminder"][1:] == (False, False)
+    assert after["update_contact_email"][1] is True
+    assert export_catalog() == text
+
+
+def test_an_unconfirmed_class_cannot_load_enabled(catalog):
+    document = yaml.safe_load(export_catalog())
+    document["unconfirmed_classes"] = ["send_reminder", "nope"]
+    with pytest.raises(CatalogError) as info:
+        load_catalog(yaml.safe_dump(document))
+    problems = {p.pointer: p.message for p in info.value.problems}
+    assert problems["/unconfirmed_classes/1"] == "'nope' is no action of this file"
+    assert "cannot be enabled" in problems["/actions/send_reminder/enabled"]
 
 
 def test_the_command_writes_a_file(catalog, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -508,9 +509,10 @@ def test_a_dangling_reference_refuses_the_document(api):
 @pytest.mark.parametrize(
     "text, message",
     [
+        ("swagger: '1.2'\ninfo: {title: t, version: '1'}\npaths: {}\n", "Swagger '1.2' is not"),
         (
             "swagger: '2.0'\ninfo: {title: t, version: '1'}\npaths: {}\n",
-            "Swagger 2.0 documents are not imported: convert the document to OpenAPI 3.0 or 3.1",
+            "the document has no paths",
         ),
         ("openapi: 3.2.0\npaths: {/a: {}}\n", "OpenAPI 3.2.0 is not supported"),
         ("info: {title: t}\npaths: {/a: {}}\n", "not an OpenAPI document"),
@@ -519,7 +521,7 @@ def test_a_dangling_reference_refuses_the_document(api):
         ("openapi: 3.1.0\npaths: {/a: [\n", "not valid YAML"),
         ("openapi: 3.1.0\nopenapi: 3.0.0\npaths: {}\n", "duplicate key"),
         ('{"openapi": "3.1.0", "openapi": "3.0.0"}', "duplicate key"),
-        ("a: &a [*a, *a]\nopenapi: 3.1.0\n", "too large or nested too deeply"),
+        ("a: &a [*a, *a]\nopenapi: 3.1.0\n", "nested more than 200 levels deep"),
     ],
 )
 def test_documents_that_are_refused_whole(api, text, message):
@@ -607,13 +609,21 @@ def test_json_documents_are_accepted(api):
         ),
         (
             json_body(
-                {"type": "object", "properties": {"link": {"type": "string", "format": "url"}}}
+                {
+                    "type": "object",
+                    "required": ["link"],
+                    "properties": {"link": {"type": "string", "format": "url"}},
+                }
             ),
             "'link' is a URL (format url)",
         ),
         (
             json_body(
-                {"type": "object", "properties": {"endpoint": {"type": "string", "maxLength": 9}}}
+                {
+                    "type": "object",
+                    "required": ["endpoint"],
+                    "properties": {"endpoint": {"type": "string", "maxLength": 9}},
+                }
             ),
             "'endpoint' names a URL",
         ),
@@ -720,9 +730,11 @@ def test_a_delete_without_a_read_is_refused_and_a_patch_becomes_an_invoke(api):
 
     assert "a delete must read its target" in refused(report)["DELETE /tags/{tag_id}"]
     rename = report.action("rename_tag")
-    assert (rename.kind, rename.consequence_class) == ("invoke", "reversible")
+    # Nothing read, nothing to undo from: an invoke, and as consequential as one.
+    assert (rename.kind, rename.consequence_class) == ("invoke", "external")
     assert rename.definition["write"]["method"] == "PATCH"
     assert has_warning(rename, "no GET /tags/{tag_id} to read the target: proposed as invoke")
+    assert has_warning(rename, "proposed external, not reversible: with no GET /tags/{tag_id}")
 
 
 @pytest.mark.parametrize(
@@ -970,7 +982,8 @@ def test_the_command_dry_run_and_create_connector(db):
     output = call(str(DOCS / "crm.yaml"), "--connector", "crm", "--dry-run", "--create-connector")
     assert "connector crm (created)" in output
     assert "[dry run: nothing stored]" in output
-    assert "create_contact" in output and "class declared, confirm it" in output
+    assert "create_contact" in output
+    assert "class LOWERED by the document from external, confirm it" in output
     assert Action.objects.count() == 0
     assert Connector.objects.count() == 0
 
@@ -994,3 +1007,399 @@ def test_the_command_refuses_whole_documents_without_a_traceback(api, tmp_path):
     with pytest.raises(CommandError, match="unknown connector 'nope'"):
         call(str(DOCS / "crm.yaml"), "--connector", "nope")
     assert Action.objects.count() == 0
+
+
+# --- documents as they are: 3.1 nullability, optional URLs, '@' paths, HTML -----------------
+
+
+def test_chat_api(api):
+    report = run("chat", dry_run=True)
+
+    assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
+        "create_message": ("invoke", "external"),
+        "update_message": ("update", "reversible"),
+        "delete_message": ("delete", "irreversible"),
+        "create_scheduled_event": ("invoke", "external"),
+        "update_my_user": ("update", "reversible"),
+    }
+    # A required URL still refuses its operation.
+    assert refused(report) == {
+        "POST /webhooks/{webhook_id}": "'target_url' names a URL: a URL an agent chooses "
+        "makes the action a generic passthrough"
+    }
+
+    create = report.action("create_message")
+    properties = create.definition["input_schema"]["properties"]
+    # Null, three ways, comes out one way: a null type beside the real one.
+    assert properties["tts"] == {"type": ["boolean", "null"]}
+    assert properties["message_reference"] == {
+        "type": ["object", "null"],
+        "properties": {
+            "message_id": {"type": "string", "pattern": "^(0|[1-9][0-9]{0,19})$", "maxLength": 200}
+        },
+        "required": ["message_id"],
+        "additionalProperties": False,
+    }
+    # The optional URL inside each embed is dropped; the embed itself is offered.
+    embed = properties["embeds"]["items"]
+    assert set(embed["properties"]) == {"title", "color"}
+    assert properties["embeds"]["type"] == ["array", "null"]
+    assert has_warning(create, "optional field 'url' is a URL (by its name): not offered")
+    # HTML descriptions become plain text, on the card and in the description.
+    assert create.definition["description"] == ("Posts a message. The content is shown as written.")
+
+    update = report.action("update_message")
+    assert update.definition["input_schema"]["properties"]["content"] == {
+        "type": ["string", "null"],
+        "maxLength": 2000,
+    }
+    # A bound past 2**53 - 1 is tightened (never loosened) and said.
+    assert update.definition["input_schema"]["properties"]["flags"] == {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "maximum": 2**53 - 1,
+    }
+    assert has_warning(update, "'flags': maximum 18446744073709551615 is beyond")
+
+    event = report.action("create_scheduled_event")
+    assert set(event.definition["input_schema"]["properties"]) == {"guild_id", "name", "starts_at"}
+    assert has_warning(event, "optional field 'conference_url' is a URL (by its name): not offered")
+
+    me = report.action("update_my_user")
+    assert me.definition["target"] == "/users/%40me"
+    assert me.definition["read"] == {"path": "/users/%40me"}
+    assert has_warning(me, "the path is sent percent-encoded (/users/%40me)")
+    # 3.0's nullable in a 3.1 document means what it says there too.
+    assert me.definition["input_schema"]["properties"]["global_name"] == {
+        "type": ["string", "null"],
+        "maxLength": 32,
+    }
+    for proposed in report.proposed:
+        assert validate_action_definition(proposed.name, proposed.definition) == []
+
+
+@pytest.mark.parametrize(
+    "nullable",
+    [
+        {"type": "string", "maxLength": 40, "nullable": True},
+        {"type": ["string", "null"], "maxLength": 40},
+        {"anyOf": [{"type": "string", "maxLength": 40}, {"type": "null"}]},
+        {"oneOf": [{"type": "null"}, {"type": "string", "maxLength": 40}]},
+    ],
+)
+@pytest.mark.parametrize("version", ["3.0.3", "3.1.0"])
+def test_null_is_read_alike_however_it_is_written(api, nullable, version):
+    if version.startswith("3.0") and isinstance(nullable.get("type"), list):
+        nullable = {"type": "string", "maxLength": 40, "nullable": True}
+    body = {"type": "object", "properties": {"nickname": nullable}}
+    report = run(mini(contact_patch(body), version=version), dry_run=True)
+    schema = report.action("update_contact_email").definition["input_schema"]
+    assert schema["properties"]["nickname"] == {"type": ["string", "null"], "maxLength": 40}
+
+
+def test_an_optional_url_is_dropped_and_a_required_one_refuses(api):
+    optional = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string", "maxLength": 254},
+            "homepage": {"type": "string", "format": "uri", "maxLength": 300},
+        },
+    }
+    action = run(mini(contact_patch(optional)), dry_run=True).action("update_contact_email")
+    assert set(action.definition["input_schema"]["properties"]) == {"contact_id", "email"}
+    assert has_warning(action, "optional field 'homepage' is a URL (format uri): not offered")
+
+    # A required URL inside an optional object drops the object, not the operation...
+    nested = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string", "maxLength": 254},
+            "link": {
+                "type": "object",
+                "required": ["href"],
+                "properties": {"href": {"type": "string"}, "label": {"type": "string"}},
+            },
+        },
+    }
+    action = run(mini(contact_patch(nested)), dry_run=True).action("update_contact_email")
+    assert "link" not in action.definition["input_schema"]["properties"]
+    assert has_warning(
+        action, "optional field 'link' is an object whose required field 'href' is a URL"
+    )
+
+    # ...and inside a required one, the operation.
+    nested["required"] = ["link"]
+    report = run(mini(contact_patch(nested)), dry_run=True)
+    assert "'href' names a URL" in refused(report)["PATCH /contacts/{contact_id}"]
+
+
+def test_a_body_whose_fields_are_all_dropped_is_refused(api):
+    body = {"type": "object", "properties": {"homepage": {"type": "string", "format": "uri"}}}
+    report = run(mini(contact_patch(body)), dry_run=True)
+    assert refused(report)["PATCH /contacts/{contact_id}"] == (
+        "none of the request body's fields can be offered"
+    )
+
+
+def test_patterns_that_are_not_linear_time_drop_or_refuse_their_field(api):
+    # RE2 takes the classic catastrophic pattern (it matches it in linear time)...
+    catastrophic = {"type": "string", "pattern": "^(a+)+$", "maxLength": 100}
+    # ...but not a backreference: no linear-time engine can.
+    backreference = {"type": "string", "pattern": "^(a+)\\1$", "maxLength": 100}
+    body = {"type": "object", "properties": {"code": catastrophic, "echo": backreference}}
+    action = run(mini(contact_patch(body)), dry_run=True).action("update_contact_email")
+    assert action.definition["input_schema"]["properties"]["code"]["pattern"] == "^(a+)+$"
+    assert "echo" not in action.definition["input_schema"]["properties"]
+    assert has_warning(action, "optional field 'echo' is a string whose pattern cannot be checked")
+
+    body["required"] = ["echo"]
+    report = run(mini(contact_patch(body)), dry_run=True)
+    assert (
+        "'echo': its pattern '^(a+)\\\\1$' cannot be checked in linear time"
+        in (refused(report)["PATCH /contacts/{contact_id}"])
+    )
+
+
+def test_an_imported_catastrophic_pattern_validates_input_in_milliseconds(api):
+    from actions.spec import ActionSpec
+
+    body = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "^(a+)+$", "maxLength": 100}},
+    }
+    action = run(mini(contact_patch(body)), dry_run=True).action("update_contact_email")
+    spec = ActionSpec.from_definition("update_contact_email", action.definition)
+    validator = spec.input_validator()
+    started = time.monotonic()
+    errors = list(validator.iter_errors({"contact_id": "c-1", "code": "a" * 26 + "!"}))
+    assert time.monotonic() - started < 0.05
+    assert [e.message for e in errors] == [f"'{'a' * 26}!' does not match '^(a+)+$'"]
+
+
+# --- declarations and names ------------------------------------------------------------------
+
+
+def test_a_write_declared_an_observation_is_refused(api):
+    paths = contact_patch()
+    paths["/contacts/{contact_id}"]["delete"] = {
+        "operationId": "deleteContact",
+        "summary": "Delete one contact",
+        "x-countersign": {"class": "observation"},
+        "responses": {"204": {"description": "ok"}},
+    }
+    report = run(mini(paths), dry_run=True)
+    assert (
+        "x-countersign declares a DELETE an observation: a write is never an observation"
+        in (refused(report)["DELETE /contacts/{contact_id}"])
+    )
+
+
+def test_a_lowered_class_is_flagged_for_the_admin(api):
+    paths = contact_patch()
+    paths["/contacts/{contact_id}"]["delete"] = {
+        "operationId": "deleteContact",
+        "summary": "Archive one contact (it can be restored)",
+        "x-countersign": {"class": "reversible"},
+        "responses": {"204": {"description": "ok"}},
+    }
+    report = run(mini(paths))
+    delete = report.action("delete_contact")
+    assert (delete.consequence_class, delete.class_lowered_from) == ("reversible", "irreversible")
+    assert has_warning(delete, "the document lowers the class from irreversible")
+    # Raising a class is the document's to say; only lowering is called out.
+    assert report.action("update_contact_email").class_lowered_from == ""
+    stored = Action.objects.get(name="delete_contact")
+    assert (stored.class_confirmed, stored.enabled) == (False, False)
+    assert any("lowers the class" in item["message"] for item in stored.lint)
+
+
+def test_a_name_of_another_connector_is_never_re_pointed(api):
+    Connector.objects.create(name="chat", base_url="https://chat.example.com")
+    run("chat", connector="chat")
+    before = Action.objects.get(name="delete_message")
+
+    # A second API with an operation of the same name, for another connector.
+    other = text_of("chat").replace("operationId: createMessage", "operationId: postMessage")
+    report = run(other, connector="api")
+
+    assert "delete_message" not in [p.name for p in report.proposed]
+    assert (
+        "an action named 'delete_message' already exists for connector 'chat': names are "
+        "unique in the catalog; import with a prefix (--prefix api_)"
+    ) in refused(report)["DELETE /channels/{channel_id}/messages/{message_id}"]
+    after = Action.objects.get(name="delete_message")
+    assert (after.connector.name, after.version, after.digest) == (
+        "chat",
+        before.version,
+        before.digest,
+    )
+
+    prefixed = run(other, connector="api", prefix="api_")
+    assert {p.name for p in prefixed.proposed} == {
+        "api_post_message",
+        "api_update_message",
+        "api_delete_message",
+        "api_create_scheduled_event",
+        "api_update_my_user",
+    }
+    assert Action.objects.get(name="api_delete_message").connector.name == "api"
+    assert Action.objects.get(name="delete_message").connector.name == "chat"
+
+
+def test_a_bad_prefix_refuses_the_import(api):
+    with pytest.raises(OpenAPIImportError, match="prefix 'Bad-'"):
+        run("chat", prefix="Bad-")
+
+
+def test_operations_are_selected_by_id_or_tag(api):
+    text = text_of("chat").replace(
+        "      operationId: deleteMessage\n",
+        "      operationId: deleteMessage\n      tags: [moderation]\n",
+    )
+    only = run(text, only=["createMessage", "updateMyUser"], dry_run=True)
+    assert [p.name for p in only.proposed] == ["create_message", "update_my_user"]
+    assert only.refused == []
+
+    tagged = run(text, tags=["moderation"], dry_run=True)
+    assert [p.name for p in tagged.proposed] == ["delete_message"]
+
+    with pytest.raises(
+        OpenAPIImportError, match="--only names no operation of this document: nope"
+    ):
+        run(text, only=["nope"])
+    with pytest.raises(OpenAPIImportError, match="--tag names no tag of this document: billing"):
+        run(text, tags=["billing"])
+
+
+def test_the_command_selects_and_prefixes(api):
+    output = call(
+        str(DOCS / "chat.yaml"), "--connector", "api", "--only", "deleteMessage", "--prefix", "c_"
+    )
+    assert "c_delete_message" in output
+    assert "1 actions proposed, 0 operations refused" in output
+    assert list(Action.objects.values_list("name", flat=True)) == ["c_delete_message"]
+
+
+# --- form bodies and fixed headers -----------------------------------------------------------
+
+
+def test_billing_api_form_bodies(api):
+    report = run("billing", dry_run=True)
+
+    assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
+        "post_customers": ("invoke", "external"),
+        "delete_customers_customer": ("delete", "irreversible"),
+        "create_message": ("invoke", "external"),
+    }
+    customers = report.action("post_customers")
+    write = customers.definition["write"]
+    # Fields the document encodes as deepObject nest with brackets on the wire.
+    assert write["content_type"] == "application/x-www-form-urlencoded"
+    assert write["form_style"] == "deep_object"
+    assert write["idempotency_header"] == "Idempotency-Key"
+    assert write["body"] == {
+        "email": {"$input": "email"},
+        "name": {"$input": "name"},
+        "balance": {"$input": "balance"},
+        "address": {"$input": "address"},
+        "expand": {"$input": "expand"},
+    }
+    properties = customers.definition["input_schema"]["properties"]
+    assert properties["address"]["additionalProperties"] is False
+    # The same strictness as JSON: the open map is not offered.
+    assert "metadata" not in properties
+    # A card from an HTML description is plain text.
+    assert customers.definition["card"]["effect"] == "Creates a new customer object."
+
+    message = report.action("create_message")
+    assert message.definition["write"]["content_type"] == "application/x-www-form-urlencoded"
+    assert "form_style" not in message.definition["write"]  # "form": arrays repeat the field
+    assert set(message.definition["input_schema"]["properties"]) == {
+        "AccountSid",
+        "To",
+        "Body",
+        "Tags",
+    }
+    assert message.definition["input_schema"]["required"] == ["AccountSid", "To", "Body"]
+    assert has_warning(message, "optional field 'StatusCallback' is a URL (format uri)")
+    assert has_warning(message, "optional form field 'Options' holds an object")
+
+    # The upstream requires a From header; without a value the operation cannot work.
+    assert (
+        "required header 'From' has no value Countersign could send"
+        in (refused(report)["POST /incidents"])
+    )
+    for proposed in report.proposed:
+        assert validate_action_definition(proposed.name, proposed.definition) == []
+
+
+def test_a_required_header_is_fixed_by_the_import(api):
+    report = run("billing", headers={"From": "ops@example.com"}, dry_run=True)
+    incident = report.action("create_incident")
+    assert incident.definition["write"]["headers"] == {"From": "ops@example.com"}
+    assert has_warning(incident, "header 'From' is always sent as 'ops@example.com'")
+    assert validate_action_definition(incident.name, incident.definition) == []
+
+
+def test_a_credential_is_never_a_fixed_header(api):
+    paths = contact_patch(
+        parameters=[{"name": "X-Api-Key", "in": "header", "required": True, "schema": {}}]
+    )
+    report = run(mini(paths), headers={"X-Api-Key": "sk_live_123"}, dry_run=True)
+    assert "X-Api-Key looks like a credential" in refused(report)["PATCH /contacts/{contact_id}"]
+
+
+def test_the_command_takes_fixed_headers(api):
+    output = call(
+        str(DOCS / "billing.yaml"),
+        "--connector",
+        "api",
+        "--dry-run",
+        "--only",
+        "createIncident",
+        "--header",
+        "From=ops@example.com",
+    )
+    assert "create_incident" in output and "always sent as 'ops@example.com'" in output
+    with pytest.raises(CommandError, match="write NAME=VALUE"):
+        call(str(DOCS / "billing.yaml"), "--connector", "api", "--header", "From")
+
+
+# --- Swagger 2.0 -----------------------------------------------------------------------------
+
+
+def test_swagger_2_documents_are_converted(api):
+    report = run("shop-v2", dry_run=True)
+
+    assert has_warning(report.warnings, "converted from Swagger 2.0 to OpenAPI 3.0")
+    assert has_warning(report.warnings, "securityDefinitions are not imported")
+    assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
+        "update_product": ("update", "reversible"),
+        "delete_product": ("delete", "irreversible"),
+        "add_review": ("invoke", "external"),
+    }
+    # A file upload is a multipart body, refused as in any document.
+    assert "multipart/form-data" in refused(report)["PUT /products/{product_id}/image"]
+
+    update = report.action("update_product")
+    # The shared body parameter became the request body; x-nullable is nullable.
+    assert update.definition["input_schema"]["properties"] == {
+        "product_id": {"type": "string", "pattern": "^p-[0-9]{1,9}$", "maxLength": 200},
+        "name": {"type": "string", "maxLength": 80},
+        "price_cents": {"type": ["integer", "null"], "minimum": 0},
+    }
+    # The ETag of the read and the If-Match of the write survive the conversion.
+    assert update.definition["version"] == {"source": "etag"}
+    assert update.definition["write"]["precondition"] == "if_match"
+
+    review = report.action("add_review")
+    assert review.definition["write"]["content_type"] == "application/x-www-form-urlencoded"
+    assert review.definition["input_schema"]["required"] == ["product_id", "stars"]
+    assert review.definition["input_schema"]["properties"]["tags"]["maxItems"] == 3
+    for proposed in report.proposed:
+        assert validate_action_definition(proposed.name, proposed.definition) == []
+
+
+def test_the_created_connector_of_a_swagger_document_uses_host_and_base_path(db):
+    run("shop-v2", connector="shop", create_connector=True)
+    assert Connector.objects.get(name="shop").base_url == "https://shop.example.com/api"

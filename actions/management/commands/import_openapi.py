@@ -4,7 +4,12 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from actions.openapi_import import ImportReport, OpenAPIImportError, import_openapi
+from actions.openapi_import import (
+    MAX_DOCUMENT_BYTES,
+    ImportReport,
+    OpenAPIImportError,
+    import_openapi,
+)
 
 
 class Command(BaseCommand):
@@ -24,16 +29,55 @@ class Command(BaseCommand):
             action="store_true",
             help="create the connector from the document's servers[0].url if it does not exist",
         )
+        parser.add_argument(
+            "--prefix",
+            default="",
+            help="put before every proposed name (names are unique in the catalog): stripe_",
+        )
+        parser.add_argument(
+            "--only",
+            default="",
+            help="import only these operations: operationIds, comma-separated",
+        )
+        parser.add_argument(
+            "--tag",
+            default="",
+            help="import only operations with one of these tags, comma-separated",
+        )
+        parser.add_argument(
+            "--header",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a documented header every action of the import sends with this value "
+            "(e.g. From=ops@example.com); repeatable; never a credential",
+        )
         parser.add_argument("--actor", default="import_openapi", help="recorded as the author")
 
     def handle(self, *args, file: str, connector: str, dry_run: bool, **options):
+        headers = {}
+        for item in options["header"]:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise CommandError(f"--header {item!r}: write NAME=VALUE")
+            headers[name.strip()] = value.strip()
         path = Path(file)
         try:
-            text = path.read_bytes().decode("utf-8-sig")
+            # At most the limit and one byte is read: a larger file is refused unread.
+            with path.open("rb") as handle:
+                raw = handle.read(MAX_DOCUMENT_BYTES + 1)
         except OSError as exc:
             raise CommandError(f"cannot read {file}: {exc.strerror}") from None
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise CommandError(
+                f"{file}: the document is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB; "
+                "nothing was imported"
+            )
+        try:
+            text = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
             raise CommandError(f"{file}: not UTF-8 text") from None
+        del raw
         try:
             report = import_openapi(
                 text,
@@ -42,6 +86,10 @@ class Command(BaseCommand):
                 source_name=str(path),
                 dry_run=dry_run,
                 create_connector=options["create_connector"],
+                prefix=options["prefix"],
+                only=_csv(options["only"]),
+                tags=_csv(options["tag"]),
+                headers=headers,
             )
         except OpenAPIImportError as exc:
             lines = [f"{exc.source}: the document was not imported:"]
@@ -50,6 +98,10 @@ class Command(BaseCommand):
         except Exception as exc:  # noqa: BLE001 - an admin command reports, never a traceback
             raise CommandError(f"{file}: import failed: {type(exc).__name__}: {exc}") from None
         self.stdout.write(render_report(report))
+
+
+def _csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def render_report(report: ImportReport) -> str:
@@ -65,6 +117,8 @@ def render_report(report: ImportReport) -> str:
     width = max([len(p.name) for p in report.proposed] + [4])
     for p in report.proposed:
         review = "needs review" if p.class_source == "method" else "class declared, confirm it"
+        if p.class_lowered_from:
+            review = f"class LOWERED by the document from {p.class_lowered_from}, confirm it"
         state = f"  [{p.stored}]" if p.stored else ""
         lines.append(
             f"  {p.name:<{width}}  {p.kind:<7}  {p.consequence_class:<12}  {review}  "
