@@ -22,7 +22,6 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from approvals.audit import audit_record
@@ -41,6 +40,7 @@ from .catalog import (
 from .export import definition_text
 from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential, VaultState
 from .openapi_import import OpenAPIImportError, import_openapi
+from .spec import InputValidator
 
 log = logging.getLogger(__name__)
 
@@ -742,7 +742,7 @@ class AgentScopeForm(forms.ModelForm):
         # A value the input schema refuses could never match; say so now, not at runtime.
         schema = {**properties[field], "$defs": input_schema.get("$defs", {})}
         try:
-            validator = Draft202012Validator(schema)
+            validator = InputValidator(schema)  # RE2 for patterns, as at submission
             bad = [v for v in values if not validator.is_valid(v)]
         except SchemaError:
             bad = []

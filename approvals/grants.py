@@ -31,6 +31,7 @@ from jsonschema import Draft202012Validator
 from actions.canonical import CanonicalJSONError, escape_pointer_token, normalize
 from actions.exceptions import InvalidInput, InvalidTransition, NotAllowed, NotFound
 from actions.models import Action, Agent
+from actions.spec import InputValidator
 
 from .audit import audit_record
 from .models import Approval, Plan, PlanStatus, SessionGrant
@@ -103,7 +104,8 @@ def _check_fixed_values(
                 break
             problem = next(
                 iter(
-                    Draft202012Validator(
+                    # RE2 for patterns, like the agent's input: linear whatever the value.
+                    InputValidator(
                         prop, format_checker=Draft202012Validator.FORMAT_CHECKER
                     ).iter_errors(value)
                 ),

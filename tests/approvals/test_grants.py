@@ -4,6 +4,7 @@ how a plan was approved, and the grants page."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from datetime import timedelta
 
@@ -455,3 +456,17 @@ def test_the_action_list_says_which_actions_a_grant_may_cover(client, api_header
     actions = {a["name"]: a for a in client.get("/api/v1/actions", **api_headers).json()}
     eligible = sorted(n for n, a in actions.items() if a["approval"]["session_grant_eligible"])
     assert eligible == [MEMO]
+
+
+def test_fixed_values_are_checked_in_linear_time_whatever_the_pattern(make_grant, catalog):
+    """A reviewer's fixed value is validated like an agent's input, by RE2: a pattern that
+    backtracks catastrophically in Python's engine (~20 minutes for this value) answers
+    at once."""
+    from actions.catalog import action_define
+
+    definition = copy.deepcopy(catalog[MEMO].definition)
+    definition["input_schema"]["properties"]["invoice_id"]["pattern"] = "^(a+)+$"
+    action_define(name=MEMO, definition=definition, actor="test")
+    with pytest.raises(InvalidInput) as refused:
+        make_grant(fixed_values={"invoice_id": "a" * 34 + "!"})
+    assert pointers(refused.value) == ["/fixed_values/invoice_id"]
