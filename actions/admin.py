@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from jsonschema.exceptions import SchemaError
 
-from approvals.audit import audit_record
+from actions.lib.audit import audit_record
 from approvals.services import user_actor
 
 from . import catalog

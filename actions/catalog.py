@@ -13,7 +13,7 @@ from django.db import transaction
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
+from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .models import Action, Connector
 from .rules import rule_operator
 from .spec import pattern_problem
@@ -584,7 +584,7 @@ def action_define(
     Returns the action and ``"created"``, ``"updated"`` or ``"unchanged"``. A changed
     definition gets the next version number; every version is kept with who made it.
     """
-    from approvals.audit import audit_record
+    from actions.lib.audit import audit_record
 
     from .models import ActionVersion
 
@@ -657,7 +657,7 @@ def action_define(
 
 def action_confirm_class(*, name: str, actor: str) -> Action:
     """A person confirms an action's consequence class (imported actions need this)."""
-    from approvals.audit import audit_record
+    from actions.lib.audit import audit_record
 
     with transaction.atomic():
         action = Action.objects.select_for_update().get(name=name)

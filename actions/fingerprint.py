@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .canonical import canonical_bytes, sha256_hex
+from .lib.canonical import canonical_bytes, sha256_hex
 
 FINGERPRINT_VERSION = 1
 

@@ -191,7 +191,7 @@ class Action(models.Model):
     def definition_intact(self) -> bool:
         """Is ``definition`` still the one ``digest`` was computed from? Plans bind the
         digest; a row edited in place (not through load_catalog) must not pass for it."""
-        from .canonical import digest
+        from .lib.canonical import digest
 
         return digest(self.definition) == self.digest
 

@@ -28,13 +28,13 @@ import yaml
 from django.db import transaction
 from jsonschema import Draft202012Validator
 
-from .canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .catalog import (
     CatalogError,
     CatalogProblem,
     parse_catalog_text,
     validate_action_definition,
 )
+from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .models import Action, Connector
 from .openapi.swagger import swagger_to_openapi
 from .spec import FORM_CONTENT_TYPE, pattern_problem
@@ -1730,7 +1730,7 @@ def _import(
             _store(accepted, actor=actor)
         stored_names = {p.name for p in report.proposed if p.stored in ("created", "updated")}
         if not dry_run and (stored_names or report.connector_created):
-            from approvals.audit import audit_record
+            from actions.lib.audit import audit_record
 
             audit_record(
                 kind="openapi.imported",

@@ -1,6 +1,6 @@
 """Computing what a plan would change, by reading only.
 
-Everything here reads the upstream through executors.http.ReadOnlyClient. The same
+Everything here reads the upstream through actions.lib.http.ReadOnlyClient. The same
 functions serve revalidation in the worker: the version read right before writing is
 computed exactly as it was for the preview.
 """
@@ -11,8 +11,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from .canonical import CanonicalJSONError, digest, escape_pointer_token
-from .exceptions import CountersignError
+from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token
+from .lib.exceptions import CountersignError
+from .lib.http import UpstreamError
 from .models import Action
 from .spec import FORM_CONTENT_TYPE, ActionSpec, form_pairs, markdown_block, markdown_code
 
@@ -132,7 +133,6 @@ def set_pointer(document: dict[str, Any], pointer: str, value: Any) -> dict[str,
 
 def read_target(client, spec: ActionSpec, values: dict[str, Any]) -> ReadResult:
     """GET the target through the read-only client and extract its version."""
-    from executors.http import UpstreamError
 
     path = spec.render_path(spec.read.path, values)
     try:
@@ -156,7 +156,7 @@ def read_target(client, spec: ActionSpec, values: dict[str, Any]) -> ReadResult:
     try:
         body = response.json()
     except CanonicalJSONError as exc:
-        from executors.redaction import scrub_text
+        from actions.lib.redaction import scrub_text
 
         raise PreviewError(
             "the upstream's representation is not usable JSON: " + scrub_text(exc.message)[0]

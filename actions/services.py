@@ -7,10 +7,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.audit import audit_record
+from actions.lib.audit import audit_record
 
 from .cache import cached, fresh
-from .exceptions import NotFound
+from .lib.exceptions import NotFound
 from .models import Action, Agent, Connector, Credential, VaultState
 from .tokens import new_token, token_hash
 from .vault import VaultError, check_secret_shape, oauth_token_url, seal

@@ -23,7 +23,7 @@ from nacl.public import PublicKey, SealedBox
 from .models import Credential
 
 # A secret shorter than this cannot be told apart from ordinary text in an upstream's
-# answer (executors.redaction.MIN_SECRET_CHARS holds the same number).
+# answer (actions.lib.redaction.MIN_SECRET_CHARS holds the same number).
 MIN_SECRET_CHARS = 8
 
 
@@ -85,7 +85,7 @@ def auth_headers(credential: Credential, secret: dict[str, Any]) -> dict[str, st
     """HTTP headers that present ``secret`` the way the credential's scheme says.
 
     Static schemes only: an OAuth2 credential presents a token fetched at run time
-    (``executors.http.credential_auth``)."""
+    (``actions.clients.credential_auth``)."""
     if credential.scheme == Credential.Scheme.BEARER:
         return {"Authorization": f"Bearer {secret['token']}"}
     if credential.scheme == Credential.Scheme.HEADER:
@@ -148,7 +148,7 @@ def check_secret_shape(scheme: str, secret: dict[str, Any]) -> None:
     short = [k for k in needed if k not in _NOT_SECRET and len(secret[k]) < MIN_SECRET_CHARS]
     if short:
         # Too short to be told apart from ordinary data, so it could not be kept out of
-        # what an upstream echoes back (executors.redaction).
+        # what an upstream echoes back (actions.lib.redaction).
         raise VaultError(f"{', '.join(short)} must be at least {MIN_SECRET_CHARS} characters long")
 
 
@@ -171,7 +171,7 @@ def read_secrets_rotate(*, actor: str = "system") -> int:
     Returns how many rows were rewritten."""
     from django.db import transaction
 
-    from approvals.audit import audit_record
+    from actions.lib.audit import audit_record
 
     count = 0
     for credential in Credential.objects.filter(role=Credential.Role.READ).iterator():

@@ -3,7 +3,9 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from .models import AuditEvent, NotificationTarget, Plan, SessionGrant
+from actions.lib.models import AuditEvent
+
+from .models import NotificationTarget, Plan, SessionGrant
 
 
 @admin.register(Plan)

@@ -21,8 +21,8 @@ from ninja.responses import Status
 from ninja.security import HttpBearer
 from pydantic import Field
 
-from actions.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
-from actions.exceptions import CountersignError
+from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
+from actions.lib.exceptions import CountersignError
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 

@@ -28,12 +28,12 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from jsonschema import Draft202012Validator
 
-from actions.canonical import CanonicalJSONError, escape_pointer_token, normalize
-from actions.exceptions import InvalidInput, InvalidTransition, NotAllowed, NotFound
+from actions.lib.audit import audit_record
+from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, normalize
+from actions.lib.exceptions import InvalidInput, InvalidTransition, NotAllowed, NotFound
 from actions.models import Action, Agent
 from actions.spec import InputValidator
 
-from .audit import audit_record
 from .models import Approval, Plan, PlanStatus, SessionGrant
 
 MAX_REASON_CHARS = 2000

@@ -39,8 +39,8 @@ from ninja.responses import NinjaJSONEncoder
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
-from actions.canonical import escape_pointer_token
-from actions.exceptions import CountersignError
+from actions.lib.canonical import escape_pointer_token
+from actions.lib.exceptions import CountersignError
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 from actions.spec import markdown_block, markdown_code

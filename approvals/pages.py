@@ -1,5 +1,5 @@
 """What every reviewer page shares: who may open it, and how a domain error becomes a
-response. Services raise domain errors (``actions.exceptions``) and never HTTP responses;
+response. Services raise domain errors (``actions.lib.exceptions``) and never HTTP responses;
 this module is the one place the pages translate them, so every page answers alike:
 
 * not signed in: the login page;
@@ -27,7 +27,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.translation import get_language, gettext, gettext_lazy, gettext_noop
 
-from actions.exceptions import CountersignError, NotFound
+from actions.lib.exceptions import CountersignError, NotFound
 
 from .models import Plan
 from .services import can_review

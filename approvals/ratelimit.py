@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 
-from actions.exceptions import CountersignError
+from actions.lib.exceptions import CountersignError
 
 log = logging.getLogger(__name__)
 

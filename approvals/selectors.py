@@ -7,7 +7,7 @@ import uuid
 
 from django.db.models import QuerySet
 
-from actions.exceptions import NotFound
+from actions.lib.exceptions import NotFound
 from actions.models import Action, Agent
 
 from .models import Plan

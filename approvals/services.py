@@ -18,8 +18,11 @@ from jsonschema.exceptions import ValidationError as SchemaValidationError
 
 from actions.cache import cached, fresh
 from actions.cache import snapshot as catalog_snapshot
-from actions.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
-from actions.exceptions import (
+from actions.clients import read_client
+from actions.fingerprint import fingerprint, fingerprint_document, plan_fingerprint_matches
+from actions.lib.audit import audit_record
+from actions.lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
+from actions.lib.exceptions import (
     ActionChanged,
     AlreadyDecided,
     CountersignError,
@@ -34,13 +37,11 @@ from actions.exceptions import (
     OutOfScope,
     UnknownAction,
 )
-from actions.fingerprint import fingerprint, fingerprint_document, plan_fingerprint_matches
 from actions.models import Action, Agent, AgentScope
 from actions.preview import compute_preview
 from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
-from .audit import audit_record
 from .grants import grant_approve, grant_match
 from .models import TRANSITIONS, Approval, IdempotencyRecord, Plan, PlanStatus
 from .wakeups import plan_changed
@@ -280,7 +281,6 @@ def plan_submit(
     and the plan is approved by it in the same transaction; otherwise it awaits a
     person, and the reviewer groups are notified once it is committed.
     """
-    from executors.http import read_client
 
     from .tasks import notifications_wanted
 

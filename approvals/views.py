@@ -21,15 +21,16 @@ from django.utils.translation import gettext, gettext_lazy, gettext_noop, pgette
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from actions.exceptions import CountersignError, NotFound
+from actions.lib.audit import audit_kinds
+from actions.lib.exceptions import CountersignError, NotFound
+from actions.lib.models import AuditEvent
 from actions.models import Action, Agent, ConsequenceClass
 from actions.preview import diff
 from executors.models import Attempt
 
-from .audit import audit_kinds
 from .diffs import is_long_text, only_version_moved, word_diff
 from .heartbeats import heartbeat_status
-from .models import TERMINAL, Approval, AuditEvent, Plan, PlanStatus
+from .models import TERMINAL, Approval, Plan, PlanStatus
 from .pages import page_error, plan_page, reviewer_page
 from .services import (
     approval_record,

@@ -19,7 +19,7 @@ from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from actions.exceptions import CountersignError
+from actions.lib.exceptions import CountersignError
 from actions.models import Agent
 
 from .grants import grant_create, grant_eligible_actions, grant_list, grant_revoke

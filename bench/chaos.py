@@ -499,6 +499,7 @@ def _chaos(result: ChaosResult, *, upstream, reviewer, redis, workers: Workers, 
     per_batch = math.ceil(len(cases) / batches)
     to_approve = list(cases)
     next_batch = next_slow = next_sample = 0.0
+    reconcile_fault_armed = False
     counter: Counter = Counter()
 
     t0 = time.monotonic()
@@ -555,7 +556,21 @@ def _chaos(result: ChaosResult, *, upstream, reviewer, redis, workers: Workers, 
                 result.kills.append((round(now, 2), name))
                 restarts.append((now + rng.uniform(0.3, 1.5), int(name.split("-")[1])))
                 restarts.sort()
-            if len(result.reconcile_kills) < config.reconcile_kills and ready:
+            if (
+                len(result.reconcile_kills) < config.reconcile_kills
+                and ready
+                # Not while Redis is away or its survivors reconnect: that is watched.
+                and redis_back_at is None
+                and not reconnecting
+                and now >= calm_until
+            ):
+                if not reconcile_fault_armed:
+                    # The next contact update applies and answers 503: its outcome is
+                    # unknown, and its reconciliation is the one to lose.
+                    upstream.add_fault(
+                        method="PATCH", path_prefix="/contacts/", status=503, apply=True
+                    )
+                    reconcile_fault_armed = True
                 waiting = _reconcile_not_yet_run(plan_ids)
                 if waiting:
                     # Whoever holds the reconciliation's message dies with it.
@@ -683,7 +698,7 @@ def upstream_effects(result: ChaosResult, upstream) -> dict[str, int]:
 
 
 def figures(result: ChaosResult, upstream) -> dict[str, Any]:
-    from approvals.models import AuditEvent
+    from actions.lib.models import AuditEvent
 
     writes = upstream_writes(result, upstream)
     effects = upstream_effects(result, upstream)
@@ -900,9 +915,9 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connection
 
         from actions.catalog import load_catalog
-        from actions.demo.upstream import DemoUpstream
         from actions.models import Connector, Credential
         from actions.services import agent_create, credential_set
+        from demo.upstream import DemoUpstream
         from executors.vault import generate_keypair
         from tests.processes import base_env, database_url
 
@@ -919,7 +934,7 @@ def main(argv: list[str] | None = None) -> int:
             read_token="chaos-read-" + os.urandom(8).hex(),
             write_token="chaos-write-" + os.urandom(8).hex(),
         ).start()
-        catalog = (ROOT / "actions" / "demo" / "catalog.yaml").read_text()
+        catalog = (ROOT / "demo" / "catalog.yaml").read_text()
         load_catalog(catalog, base_urls={"demo": upstream.url})
         connector = Connector.objects.get(name="demo")
         credential_set(

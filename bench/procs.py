@@ -86,7 +86,7 @@ def start_upstream(env: dict, log_dir: Path, read_token: str, write_token: str):
         [
             sys.executable,
             "-m",
-            "actions.demo.upstream",
+            "demo.upstream",
             "--port",
             str(port),
             "--read-token",

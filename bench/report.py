@@ -357,7 +357,7 @@ persistent in the workers (`60`).
 
 `POST /api/v1/plans` (`update_contact_email`: validate, read the contact with the read
 credential, compute the preview and fingerprint, store plan and audit event) against the
-**baseline endpoint** in the same server (`approvals/bench_api.py`, mounted only with
+**baseline endpoint** in the same server (`bench/baseline.py`, mounted only with
 `COUNTERSIGN_BENCH=1` and never in production): parse the body, one GET of the contact
 over a kept-alive connection, one INSERT. {b1["concurrency"]} concurrent clients, two
 alternating rounds of {b1["seconds"] / 2:g} s per endpoint after a warm-up; {sizes["b1_contacts"]}

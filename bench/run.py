@@ -6,9 +6,9 @@ What runs (all on 127.0.0.1, all stopped at the end, whatever happens):
 * a scratch PostgreSQL database next to ``DATABASE_URL`` (created, migrated, dropped);
 * Redis at ``BENCH_REDIS_URL`` (default DB 12 of the local server) with a queue of
   this run's own;
-* the demo upstream (``python -m actions.demo.upstream``);
+* the demo upstream (``python -m demo.upstream``);
 * the web server: ``uvicorn --workers N`` with ``COUNTERSIGN_BENCH=1`` (which mounts the
-  baseline endpoint of ``approvals/bench_api.py``);
+  baseline endpoint of ``bench/baseline.py``);
 * M Celery workers (``--concurrency=1`` each) holding the private key;
 * the load generator ``bench/load.py``, a process of its own.
 
@@ -183,7 +183,7 @@ class Deployment:
             dict(os.environ), self.work, self.read_token, self.write_token
         )
         self.stack.add(proc)
-        catalog = (ROOT / "actions" / "demo" / "catalog.yaml").read_text()
+        catalog = (ROOT / "demo" / "catalog.yaml").read_text()
         load_catalog(catalog, base_urls={"demo": self.upstream_url})
         connector = Connector.objects.get(name="demo")
         credential_set(
@@ -627,7 +627,8 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from approvals.models import AuditEvent, Plan
+    from actions.lib.models import AuditEvent
+    from approvals.models import Plan
 
     queue = d.prepare(sizes.b4_queue, "q")
     plan_id = queue[len(queue) // 2]["id"]

@@ -66,14 +66,14 @@ def prepare(upstream_url: str) -> str:
     from django.db.models import F
 
     from actions.catalog import load_catalog
-    from actions.demo.upstream import DEFAULT_READ_TOKEN
     from actions.models import Agent, Credential
     from actions.services import agent_create, credential_set
     from approvals.models import Plan
     from approvals.services import plan_submit
+    from demo.upstream import DEFAULT_READ_TOKEN
 
     call_command("migrate", verbosity=0)
-    catalog = (ROOT / "actions" / "demo" / "catalog.yaml").read_text()
+    catalog = (ROOT / "demo" / "catalog.yaml").read_text()
     load_catalog(catalog, base_urls={"demo": upstream_url})
     from actions.models import Connector
 
@@ -151,7 +151,7 @@ def main() -> None:
     django.setup()
     from django.db import connections
 
-    from actions.demo.upstream import DemoUpstream
+    from demo.upstream import DemoUpstream
     from tests.processes import start_web
 
     upstream = DemoUpstream().start()

@@ -177,7 +177,7 @@ def _events_for(row: dict, events_per_plan: int) -> list[tuple]:
 
 
 def _chain(events: list[tuple], prev_hash: str) -> list[tuple]:
-    from approvals.audit import event_hash
+    from actions.lib.audit import event_hash
 
     chained = []
     for at, kind, actor, plan_id, fingerprint, data in events:
@@ -198,8 +198,9 @@ def _chain(events: list[tuple], prev_hash: str) -> list[tuple]:
 def _copy_chunk(batch: list[dict], events_per_plan: int) -> None:
     from django.db import connection, transaction
 
-    from approvals.audit import _AUDIT_LOCK_ID, GENESIS
-    from approvals.models import AuditEvent, Plan
+    from actions.lib.audit import _AUDIT_LOCK_ID, GENESIS
+    from actions.lib.models import AuditEvent
+    from approvals.models import Plan
 
     columns = [f.column for f in Plan._meta.concrete_fields]
     with transaction.atomic(), connection.cursor() as cursor:
@@ -227,8 +228,9 @@ def _copy_chunk(batch: list[dict], events_per_plan: int) -> None:
 def _bulk_chunk(batch: list[dict], events_per_plan: int) -> None:
     from django.db import transaction
 
-    from approvals.audit import GENESIS
-    from approvals.models import AuditEvent, Plan
+    from actions.lib.audit import GENESIS
+    from actions.lib.models import AuditEvent
+    from approvals.models import Plan
 
     fields = {f.column: f.attname for f in Plan._meta.concrete_fields}
     json_columns = {

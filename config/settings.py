@@ -123,6 +123,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "ninja",
+    # The lowest layer (the audit trail's table lives there); see actions/lib/__init__.py.
+    "actions.lib",
     "actions",
     "approvals",
     "executors",
@@ -387,9 +389,11 @@ COUNTERSIGN_WEBHOOK_TIMEOUT = env_float("COUNTERSIGN_WEBHOOK_TIMEOUT", 5.0)
 # Deliveries a failing webhook gets (the first plus retries, with growing delays).
 COUNTERSIGN_WEBHOOK_MAX_TRIES = env_int("COUNTERSIGN_WEBHOOK_MAX_TRIES", 4)
 
-# `make bench` only: mounts the baseline endpoint of approvals/bench_api.py. Never in
-# production, whatever the environment says.
+# `make bench` only: the bench-only URLconf (bench/urls.py) adds the baseline endpoint of
+# bench/baseline.py. Never in production, whatever the environment says.
 COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False) and not PRODUCTION
+if COUNTERSIGN_BENCH:
+    ROOT_URLCONF = "bench.urls"
 
 # --- Celery ---------------------------------------------------------------------------
 # The database is the source of truth; a broker message is only a wake-up.

@@ -1,4 +1,3 @@
-from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -24,9 +23,3 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),
 ]
-
-if settings.COUNTERSIGN_BENCH:
-    # The baseline of `make bench` (bench/run.py); absent unless COUNTERSIGN_BENCH=1.
-    from approvals.bench_api import urlpatterns as bench_urlpatterns
-
-    urlpatterns += bench_urlpatterns

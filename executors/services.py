@@ -28,20 +28,21 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
-from actions.exceptions import InvalidTransition
+from actions.clients import credential_auth, read_client
 from actions.fingerprint import plan_fingerprint_matches
+from actions.lib.audit import audit_record
+from actions.lib.exceptions import InvalidTransition
+from actions.lib.http import UpstreamError, WriteClient, connector_url
+from actions.lib.redaction import filter_text, redact_headers
 from actions.models import Credential, VaultState, action_by_id
+from actions.oauth import TokenError
 from actions.preview import PreviewError, UpstreamEchoesSecrets, read_target, resolve_pointer
 from actions.vault import VaultError
-from approvals.audit import audit_record
 from approvals.heartbeats import heartbeat_record
 from approvals.models import Approval, Heartbeat, Plan, PlanStatus
 from approvals.services import plan_transition, plans_expire
 
-from .http import UpstreamError, WriteClient, credential_auth, read_client
 from .models import Attempt
-from .oauth import TokenError
-from .redaction import filter_text, redact_headers
 from .vault import open_write_secret
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class Claim:
 
 
 def redact_text(text: str, secrets: list[str]) -> str:
-    """Filter an upstream's text for people (see executors.redaction)."""
+    """Filter an upstream's text for people (see actions.lib.redaction)."""
     return filter_text(text, secrets=secrets)
 
 
@@ -652,8 +653,6 @@ def _precondition_failed(claim: Claim) -> tuple[str, str]:
 
 def _status_path(plan: Plan, response) -> str:
     """Where to ask about accepted work: the action's status path or the Location header."""
-    from executors.http import connector_url
-
     status = plan.action.spec.status
     if status is None:
         return ""
@@ -904,7 +903,7 @@ def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, 
 
 def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
     """A person records what they found for an unknown outcome."""
-    from actions.exceptions import InvalidInput, NotAllowed, NotFound
+    from actions.lib.exceptions import InvalidInput, NotAllowed, NotFound
     from approvals.services import can_review, user_actor
 
     if not can_review(reviewer):

@@ -77,7 +77,7 @@ def write_secrets_reseal(
     ciphertext did not change meanwhile, so it runs while the system is live; rows
     already sealed to the new key are skipped (they do not open with an old key).
     Returns how many rows were re-sealed."""
-    from approvals.audit import audit_record
+    from actions.lib.audit import audit_record
 
     count = 0
     for credential in Credential.objects.filter(role=Credential.Role.WRITE).iterator():

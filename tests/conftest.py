@@ -16,11 +16,11 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from actions.demo.upstream import DemoUpstream
+from demo.upstream import DemoUpstream
 from executors.vault import generate_keypair
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO_CATALOG = ROOT / "actions" / "demo" / "catalog.yaml"
+DEMO_CATALOG = ROOT / "demo" / "catalog.yaml"
 READ_TOKEN = "test-read-" + uuid.uuid4().hex
 WRITE_TOKEN = "test-write-" + uuid.uuid4().hex
 # The demo upstream's OAuth2 client (POST /oauth/token); the access tokens it issues are
@@ -117,8 +117,8 @@ def upstream_server():
 def upstream(upstream_server):
     """The demo upstream, reset to its seed data for each test (its issued OAuth2 tokens
     too, so this process's token cache and pooled read clients start empty as well)."""
-    from executors.http import read_pool_clear
-    from executors.oauth import forget_all
+    from actions.clients import read_pool_clear
+    from actions.oauth import forget_all
 
     upstream_server.reset()
     forget_all()

@@ -23,10 +23,10 @@ call_command("migrate", verbosity=0)
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from actions.catalog import load_catalog
-from actions.demo.upstream import DemoUpstream
+from demo.upstream import DemoUpstream
 from actions.models import Connector, Credential, VaultState
 from actions.services import agent_create, agent_revoke, agent_authenticate, credential_set
-from approvals.audit import audit_verify
+from actions.lib.audit import audit_verify
 from approvals.services import approval_record, plan_submit
 from executors.services import execution_run
 
@@ -82,7 +82,7 @@ def test_a_plan_runs_end_to_end_on_sqlite(tmp_path, worker_keys):
         COUNTERSIGN_RATE_LIMIT="",
     )
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(ROOT / "actions" / "demo" / "catalog.yaml")],
+        [sys.executable, "-c", SCRIPT, str(ROOT / "demo" / "catalog.yaml")],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -14,8 +14,9 @@ from django.urls import resolve, reverse
 from actions.admin import CARD_FIELDS
 from actions.catalog import action_define
 from actions.export import definition_text
+from actions.lib.models import AuditEvent
 from actions.models import Action, ActionVersion, AgentScope, Connector, Credential
-from approvals.models import AuditEvent, Plan, PlanStatus
+from approvals.models import Plan, PlanStatus
 from approvals.services import approval_record
 from executors.services import execution_run
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
@@ -80,7 +81,7 @@ def errors_of(response) -> list[str]:
         "admin:actions_actionversion_changelist",
         "admin:actions_agent_changelist",
         "admin:approvals_plan_changelist",
-        "admin:approvals_auditevent_changelist",
+        "admin:lib_auditevent_changelist",
         "admin:actions_action_add",
         "admin:actions_connector_add",
         "admin:actions_action_import_openapi",
@@ -316,7 +317,7 @@ def test_a_plan_made_under_the_old_version_cannot_execute(
 
 
 def test_a_plan_made_under_the_old_version_cannot_be_approved(client, catalog, make_plan, reviewer):
-    from actions.exceptions import ActionChanged
+    from actions.lib.exceptions import ActionChanged
 
     plan = make_plan()
     action = Action.objects.get(name="update_contact_email")

@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from actions.canonical import (
+from actions.lib.canonical import (
     MAX_SAFE_INTEGER,
     CanonicalJSONError,
     canonical_bytes,

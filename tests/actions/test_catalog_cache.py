@@ -18,12 +18,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from actions import cache
-from actions.exceptions import UnknownAction
+from actions.clients import read_client
+from actions.lib.exceptions import UnknownAction
 from actions.models import Action, Agent, AgentScope, CatalogState, Connector, Credential
 from actions.services import credential_set
 from approvals.models import NotificationTarget
 from approvals.services import _resolve_action
-from executors.http import read_client
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION = "update_contact_email"

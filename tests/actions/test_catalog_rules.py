@@ -181,8 +181,8 @@ def test_loading_a_file_never_confirms_an_imported_class(catalog):
 
 def test_confirming_a_class_is_a_recorded_decision(catalog):
     from actions.catalog import action_confirm_class
+    from actions.lib.models import AuditEvent
     from actions.models import Action
-    from approvals.models import AuditEvent
 
     Action.objects.filter(name="replace_note").update(class_confirmed=False, enabled=False)
     action = action_confirm_class(name="replace_note", actor="user:rita")

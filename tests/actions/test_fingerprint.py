@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from actions.canonical import MAX_SAFE_INTEGER, normalize
 from actions.fingerprint import fingerprint, fingerprint_document, plan_fingerprint_matches
+from actions.lib.canonical import MAX_SAFE_INTEGER, normalize
 from approvals.models import Plan
 
 # Strings rich in characters whose NFC and NFD forms differ (precomposed Latin letters,

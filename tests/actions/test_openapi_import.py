@@ -12,6 +12,7 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from actions.catalog import load_catalog, validate_action_definition
+from actions.lib.models import AuditEvent
 from actions.models import Action, ActionVersion, Connector
 from actions.openapi_import import (
     IDENTIFIER_PATTERN,
@@ -19,7 +20,6 @@ from actions.openapi_import import (
     OpenAPIImportError,
     import_openapi,
 )
-from approvals.models import AuditEvent
 from tests.conftest import DEMO_CATALOG
 
 DOCS = Path(__file__).with_name("openapi")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from actions.canonical import digest
-from actions.demo.upstream import contact_etag
+from actions.clients import read_client
+from actions.lib.canonical import digest
+from actions.lib.http import ReadOnlyClient, ReadOnlyViolation, connector_url
 from actions.models import Connector
 from actions.preview import (
     PreviewError,
@@ -17,7 +18,7 @@ from actions.preview import (
 )
 from actions.spec import TemplateError, markdown_block, markdown_code
 from approvals.models import Plan
-from executors.http import ReadOnlyClient, ReadOnlyViolation, connector_url, read_client
+from demo.upstream import contact_etag
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 
 REMINDER = {

@@ -103,7 +103,7 @@ def test_sealing_needs_the_public_key(connector, settings):
 
 
 def test_the_audit_trail_never_holds_the_secret(connector):
-    from approvals.models import AuditEvent
+    from actions.lib.models import AuditEvent
 
     dumped = json.dumps(list(AuditEvent.objects.values("kind", "actor", "data")))
     assert "credential.set" in dumped

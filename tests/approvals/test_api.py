@@ -11,9 +11,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from actions.canonical import digest
+from actions.lib.canonical import digest
+from actions.lib.models import AuditEvent
 from actions.models import Agent, Connector
-from approvals.models import AuditEvent, IdempotencyRecord, Plan
+from approvals.models import IdempotencyRecord, Plan
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 
 UPDATE_EMAIL = {

@@ -15,7 +15,7 @@ from django.contrib.auth.models import Group, Permission
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from approvals.models import AuditEvent
+from actions.lib.models import AuditEvent
 from approvals.services import can_review
 from tests.conftest import ROOT
 

@@ -14,10 +14,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from actions.exceptions import InvalidInput, InvalidTransition, NotAllowed
 from actions.fingerprint import plan_fingerprint_matches
+from actions.lib.exceptions import InvalidInput, InvalidTransition, NotAllowed
+from actions.lib.models import AuditEvent
 from approvals.grants import grant_create, grant_revoke
-from approvals.models import Approval, AuditEvent, Plan, PlanStatus, SessionGrant
+from approvals.models import Approval, Plan, PlanStatus, SessionGrant
 from approvals.services import approval_record, plan_submit
 from tests.conftest import DEMO_CATALOG
 

@@ -19,7 +19,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone, translation
 
-from approvals.models import AuditEvent, Plan, PlanStatus
+from actions.lib.models import AuditEvent
+from approvals.models import Plan, PlanStatus
 from approvals.views import _duration
 from tests.conftest import ROOT
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from actions.exceptions import NotEligible, OutOfScope
+from actions.lib.exceptions import NotEligible, OutOfScope
+from actions.lib.models import AuditEvent
 from actions.models import Agent, AgentScope
-from approvals.models import AuditEvent, Plan
+from approvals.models import Plan
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from actions.catalog import load_catalog
-from actions.exceptions import (
+from actions.lib.audit import audit_verify
+from actions.lib.exceptions import (
     ActionChanged,
     AlreadyDecided,
     FingerprintMismatch,
@@ -21,8 +22,8 @@ from actions.exceptions import (
     NotAllowed,
     NotFound,
 )
-from approvals.audit import audit_verify
-from approvals.models import TRANSITIONS, Approval, AuditEvent, Plan, PlanStatus
+from actions.lib.models import AuditEvent
+from approvals.models import TRANSITIONS, Approval, Plan, PlanStatus
 from approvals.services import (
     approval_record,
     plan_cancel,
@@ -454,7 +455,7 @@ def test_deleting_an_event_is_detected(make_plan, reviewer, second_reviewer, dec
 
 def test_rehashing_one_event_still_breaks_the_next(make_plan, reviewer, second_reviewer, decide):
     """A forger who recomputes the edited row's own hash breaks the following link."""
-    from approvals.audit import event_hash
+    from actions.lib.audit import event_hash
 
     _a_whole_flow(make_plan, reviewer, second_reviewer, decide)
     events = list(AuditEvent.objects.order_by("id"))

@@ -12,7 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import Approval, AuditEvent, Plan
+from actions.lib.models import AuditEvent
+from approvals.models import Approval, Plan
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 

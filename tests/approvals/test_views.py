@@ -11,7 +11,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import AuditEvent, Plan, PlanStatus
+from actions.lib.models import AuditEvent
+from approvals.models import Plan, PlanStatus
 
 LONG_MEMO_BEFORE = (
     "Thank you for your business. Payment is due within thirty days of the invoice date."

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from actions.demo.upstream import DemoUpstream, merge_patch
+from demo.upstream import DemoUpstream, merge_patch
 
 READ = {"Authorization": "Bearer demo-read-token"}
 WRITE = {"Authorization": "Bearer demo-write-token"}
@@ -449,7 +449,7 @@ def test_stop_makes_it_unreachable() -> None:
 def test_cli_prints_url_and_stops_on_sigterm() -> None:
     env = {**os.environ, "DEMO_UPSTREAM_READ_TOKEN": "r-env", "DEMO_UPSTREAM_WRITE_TOKEN": "w-env"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "actions.demo.upstream", "--port", "0"],
+        [sys.executable, "-m", "demo.upstream", "--port", "0"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -536,7 +536,7 @@ def test_tokens_expire_and_can_be_revoked(upstream: DemoUpstream, monkeypatch) -
     token = _token(upstream, auth=CLIENT).json()["access_token"]
     bearer = {"Authorization": f"Bearer {token}"}
     later = time.time() + 301
-    monkeypatch.setattr("actions.demo.upstream.time.time", lambda: later)
+    monkeypatch.setattr("demo.upstream.time.time", lambda: later)
     response = httpx.get(upstream.url + "/notes/n-1", headers=bearer)
     assert response.status_code == 401
     assert response.json() == {"error": "token expired"}

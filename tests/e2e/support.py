@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from approvals.client import SETTLED  # statuses the worker leaves alone
+from clients.countersign_client import SETTLED  # statuses the worker leaves alone
 from tests.processes import Process
 
 NEW_EMAIL = "ada@new.example"

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from approvals.audit import audit_verify
+from actions.lib.audit import audit_verify
 from approvals.models import Approval, Plan
 from bench.chaos import TERMINAL, ChaosConfig, run_chaos
 from executors.models import Attempt

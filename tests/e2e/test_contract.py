@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.models import Approval, AuditEvent
+from actions.lib.models import AuditEvent
+from approvals.models import Approval
 from executors.models import Attempt
 from tests.e2e.support import NEW_EMAIL, OLD_EMAIL, error_messages, eventually, header
 

@@ -12,11 +12,12 @@ import pytest
 from django.core import serializers
 from django.utils import timezone
 
+from actions.lib.models import AuditEvent
+from actions.lib.redaction import REDACTED
 from actions.models import Action, Connector, Credential
-from approvals.models import Approval, AuditEvent, Plan, PlanStatus
+from approvals.models import Approval, Plan, PlanStatus
 from approvals.wakeups import is_wakeup
 from executors.models import Attempt
-from executors.redaction import REDACTED
 from executors.services import _claim, classify, execution_run, sweep
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 

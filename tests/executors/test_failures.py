@@ -9,8 +9,9 @@ import time
 import pytest
 from django.core import serializers
 
+from actions.lib.models import AuditEvent
 from actions.models import Credential
-from approvals.models import AuditEvent, PlanStatus
+from approvals.models import PlanStatus
 from approvals.services import approval_revoke, plan_cancel
 from approvals.wakeups import is_wakeup
 from executors.models import Attempt
@@ -249,7 +250,7 @@ def test_a_reviewer_can_revoke_before_sending(
 def test_cancelling_while_executing_is_refused_and_the_outcome_says_what_happened(
     upstream, approved, run, agent, client, api_headers
 ):
-    from actions.exceptions import InvalidTransition
+    from actions.lib.exceptions import InvalidTransition
     from executors.services import _claim
 
     plan = approved("update_contact_email", EMAIL)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from actions.lib.models import AuditEvent
 from approvals.grants import grant_create, grant_revoke
-from approvals.models import AuditEvent, Plan, PlanStatus, SessionGrant
+from approvals.models import Plan, PlanStatus, SessionGrant
 
 MEMO = "update_invoice_memo"
 INPUT = {"invoice_id": "inv-2001", "memo": "under a grant"}

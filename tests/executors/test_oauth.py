@@ -17,7 +17,7 @@ from actions.models import Connector, Credential
 from actions.services import credential_set
 from actions.vault import VaultError
 from approvals.models import Plan, PlanStatus
-from executors import oauth
+from actions import oauth
 from executors.models import Attempt
 from executors.vault import WriteKeyUnavailable, open_write_secret
 from tests.conftest import OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET, secrets_in

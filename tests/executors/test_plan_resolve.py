@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from actions.exceptions import NotFound
-from approvals.models import AuditEvent
+from actions.lib.exceptions import NotFound
+from actions.lib.models import AuditEvent
 from executors.services import plan_resolve
 
 

@@ -1,4 +1,4 @@
-"""approvals/client.py, the typed Python client for agent developers: against the live
+"""clients/countersign_client.py, the typed Python client for agent developers: against the live
 server (list, propose, wait, cancel, refusals), and on its own (a single vendorable file)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime
 import httpx
 import pytest
 
-from approvals.client import SETTLED, Countersign, CountersignProblem, Plan
+from clients.countersign_client import SETTLED, Countersign, CountersignProblem, Plan
 from tests.e2e.support import NEW_EMAIL
 from tests.processes import ROOT
 
@@ -121,8 +121,8 @@ def test_an_error_that_is_not_a_problem_document_is_still_a_problem():
 
 
 def test_the_client_is_one_file_without_django(tmp_path):
-    """Agent developers copy approvals/client.py alone: it needs httpx, nothing of ours."""
-    shutil.copy(ROOT / "approvals" / "client.py", tmp_path / "countersign_client.py")
+    """Agent developers copy clients/countersign_client.py alone: it needs httpx only."""
+    shutil.copy(ROOT / "clients" / "countersign_client.py", tmp_path / "countersign_client.py")
     code = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import countersign_client; "
         "assert not [m for m in sys.modules if m.startswith(('django', 'actions'))], 'imports'"

@@ -79,7 +79,7 @@ def test_openai_agents_sdk_example(live, agent_token, rita, upstream):
 
 
 def test_langgraph_example(live, agent_token, rita, upstream):
-    from approvals.client import Countersign
+    from clients.countersign_client import Countersign
 
     doc = example("langgraph")
     seen: list[str] = []

@@ -12,9 +12,10 @@ import pytest
 from django.db import connections
 from mcp.shared.exceptions import MCPError
 
+from actions.lib.models import AuditEvent
 from actions.models import Action, Agent, AgentScope
 from approvals.mcp import UNAUTHENTICATED, _pointer_for_call, _reason_field
-from approvals.models import AuditEvent, Plan
+from approvals.models import Plan
 from tests.mcp.conftest import same_reasons, tool_input
 
 EMAIL_ARGS = {"contact_id": "c-1001", "email": "ada@new.example", "reason": "customer asked"}

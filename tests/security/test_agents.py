@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from actions.lib.models import AuditEvent
 from actions.models import Agent
-from approvals.models import AuditEvent
 
 PLANS = "/api/v1/plans"
 ACTIONS = "/api/v1/actions"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from approvals.audit import audit_record, audit_verify
-from approvals.models import AuditEvent
+from actions.lib.audit import audit_record, audit_verify
+from actions.lib.models import AuditEvent
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the trigger exists on PostgreSQL only"

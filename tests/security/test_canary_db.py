@@ -182,7 +182,7 @@ def test_no_secret_reaches_any_column_of_any_table(
     plan = execute(submit(), PlanStatus.UNKNOWN)
     assert reconcile(plan_id=plan.id) == PlanStatus.COMPLETED
     # The token endpoint itself fails, echoing the form body with the client secret.
-    from executors.oauth import forget_all
+    from actions.oauth import forget_all
 
     forget_all()
     plan_id = submit()
@@ -206,7 +206,7 @@ def test_no_secret_reaches_any_column_of_any_table(
 
 def test_the_scan_finds_a_planted_secret(db, catalog):
     """The scan is not vacuous: a secret written anywhere is found."""
-    from approvals.audit import audit_record
+    from actions.lib.audit import audit_record
 
     audit_record(kind="test.planted", actor="test", data={"oops": f"Bearer {WRITE_TOKEN}"})
     Credential.objects.filter(role="read").update(flag_reason=OAUTH_CLIENT_SECRET)

@@ -9,9 +9,10 @@ from cryptography.fernet import Fernet
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from actions.lib.models import AuditEvent
 from actions.models import Connector, Credential
 from actions.vault import VaultError, open_read_secret
-from approvals.models import AuditEvent, Plan, PlanStatus
+from approvals.models import Plan, PlanStatus
 from executors.vault import generate_keypair, open_write_secret
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 

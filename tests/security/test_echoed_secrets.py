@@ -14,9 +14,7 @@ import json
 
 import pytest
 
-from approvals.models import Plan, PlanStatus
-from executors.models import Attempt
-from executors.redaction import (
+from actions.lib.redaction import (
     REDACTED,
     REMOVED,
     forget_secrets,
@@ -26,6 +24,8 @@ from executors.redaction import (
     scrub_value,
     secret_forms,
 )
+from approvals.models import Plan, PlanStatus
+from executors.models import Attempt
 from executors.services import pending_follow, reconcile
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 from tests.security.test_canary_db import secret_hits

@@ -7,10 +7,11 @@ import copy
 
 import pytest
 
-from actions.exceptions import AlreadyDecided, NotAllowed
+from actions.lib.exceptions import AlreadyDecided, NotAllowed
+from actions.lib.models import AuditEvent
 from actions.models import Agent
 from approvals.api import api
-from approvals.models import AuditEvent, Plan, PlanStatus
+from approvals.models import Plan, PlanStatus
 from approvals.services import approval_record
 
 DELETE = {"action": "delete_contact", "input": {"contact_id": "c-1003"}}

@@ -6,9 +6,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from actions.lib.models import AuditEvent
 from actions.models import VaultState
 from actions.services import vault_set_locked
-from approvals.models import AuditEvent, Plan, PlanStatus
+from approvals.models import Plan, PlanStatus
 from executors import services as executor_services
 from executors.models import Attempt
 

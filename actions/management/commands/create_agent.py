@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 from django.utils import timezone
 
-from actions.exceptions import NotFound
+from actions.lib.exceptions import NotFound
 from actions.services import agent_create
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from actions.exceptions import NotFound
+from actions.lib.exceptions import NotFound
 from actions.services import agent_revoke
 
 

@@ -6,7 +6,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from actions.exceptions import CountersignError
+from actions.lib.exceptions import CountersignError
 from approvals.services import REVIEWERS_GROUP, reviewer_create
 
 

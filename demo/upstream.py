@@ -354,7 +354,7 @@ class DemoUpstream:
     """The demo upstream: state + request log + faults, served over a ThreadingHTTPServer.
 
     Usable in-process (tests start it on port 0 and inspect ``requests_log()``/``state()``) or
-    as a CLI (``python -m actions.demo.upstream``).
+    as a CLI (``python -m demo.upstream``).
     """
 
     def __init__(
@@ -1331,7 +1331,7 @@ def _echo_auth(response: Response, authorization: str, mode: str) -> Response:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m actions.demo.upstream",
+        prog="python -m demo.upstream",
         description="Serve the Countersign demo upstream until SIGINT/SIGTERM.",
     )
     parser.add_argument("--host", default="127.0.0.1")

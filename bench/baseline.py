@@ -1,5 +1,6 @@
-"""The baseline endpoint of ``make bench`` (scenario B1), mounted only when
-``COUNTERSIGN_BENCH=1`` outside production (see ``config/urls.py``).
+"""The baseline endpoint of ``make bench`` (scenario B1), mounted by the bench-only
+URLconf (``bench/urls.py``), which the settings use only when ``COUNTERSIGN_BENCH=1``
+outside production.
 
 It does the work no plan submission can avoid, and nothing else: read the JSON body,
 one GET of the target from the upstream with the read token (over a kept-alive

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals.audit import audit_verify
+from actions.lib.audit import audit_verify
 
 
 class Command(BaseCommand):

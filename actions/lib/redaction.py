@@ -65,7 +65,7 @@ def filter_text(text: str, *, secrets: list[str] = (), limit: int = MAX_STORED_T
 # A hostile or careless upstream (a debugging echo, a misconfigured proxy) may repeat in
 # its answer the credential it was sent, in any encoding a server might use. Every value
 # this process presents or opens is remembered here (in memory only), and every answer
-# is scrubbed of all of them before anyone reads it (executors.http does it as the answer
+# is scrubbed of all of them before anyone reads it (actions.lib.http does it as the answer
 # arrives). A value shorter than MIN_SECRET_CHARS cannot be told apart from ordinary
 # data; credentials that short are refused when they are stored (actions.vault).
 

@@ -7,9 +7,9 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from actions.canonical import canonical_bytes, sha256_hex
+from actions.lib.canonical import canonical_bytes, sha256_hex
 
-from .models import AuditEvent, Plan
+from .models import AuditEvent
 
 GENESIS = "0" * 64
 # Any constant: the advisory lock that makes audit writers take turns on PostgreSQL.
@@ -32,7 +32,7 @@ def event_hash(
 
 
 def audit_record(
-    *, kind: str, actor: str, plan: Plan | None = None, data: dict[str, Any] | None = None
+    *, kind: str, actor: str, plan=None, data: dict[str, Any] | None = None
 ) -> AuditEvent:
     """Append one event. Must run inside the transaction of the change it records.
 

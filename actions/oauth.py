@@ -29,7 +29,7 @@ from django.conf import settings
 from actions.models import Credential
 from actions.vault import VaultError, oauth_token_url
 
-from .http import UpstreamError, _tls_context
+from .lib.http import UpstreamError, _tls_context
 
 # A token response is a few hundred bytes; anything much larger is not one.
 MAX_TOKEN_RESPONSE_BYTES = 64 * 1024

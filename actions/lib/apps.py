@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class LibConfig(AppConfig):
+    name = "actions.lib"
+    label = "lib"
+    verbose_name = "Audit trail"
