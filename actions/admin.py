@@ -24,8 +24,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from jsonschema.exceptions import SchemaError
 
+from actions.lib.actors import user_actor
 from actions.lib.audit import audit_record
-from approvals.services import user_actor
 
 from . import catalog
 from .catalog import (

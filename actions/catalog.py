@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
+from .lib.http import FORM_CONTENT_TYPE
 from .models import Action, Connector
 from .rules import rule_operator
 from .spec import pattern_problem
@@ -331,7 +332,6 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
     return out
 
 
-FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 # Headers the write client, the executor or HTTP itself set: a fixed header may not.
 _RESERVED_HEADERS = {
     "authorization",

@@ -35,9 +35,10 @@ from .catalog import (
     validate_action_definition,
 )
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
+from .lib.http import FORM_CONTENT_TYPE
 from .models import Action, Connector
 from .openapi.swagger import swagger_to_openapi
-from .spec import FORM_CONTENT_TYPE, pattern_problem
+from .spec import pattern_problem
 
 # One limit for the command line and the admin upload: the largest public documents
 # (Stripe, OpenAI, PagerDuty, Twilio, Discord) are 1-7 MiB.

@@ -13,9 +13,9 @@ from typing import Any
 
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token
 from .lib.exceptions import CountersignError
-from .lib.http import UpstreamError
+from .lib.http import FORM_CONTENT_TYPE, UpstreamError
 from .models import Action
-from .spec import FORM_CONTENT_TYPE, ActionSpec, form_pairs, markdown_block, markdown_code
+from .spec import ActionSpec, form_pairs, markdown_block, markdown_code
 
 
 class PreviewError(CountersignError):

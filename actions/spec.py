@@ -284,7 +284,6 @@ class ActionSpec:
         return string.Formatter().vformat(self.summary, (), _Missing(fields))
 
 
-FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 MAX_FORM_DEPTH = 8
 
 

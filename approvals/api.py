@@ -26,7 +26,7 @@ from actions.lib.exceptions import CountersignError
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
-from .models import TERMINAL, Plan, PlanStatus
+from .models import Attempt, Plan, PlanStatus
 from .ratelimit import RateLimited, rate_limit_check
 from .schemas import ActionOut, PlanCreate, PlanOut, Problem
 from .selectors import actions_for_agent, plan_for_agent
@@ -312,18 +312,15 @@ def list_actions(request: HttpRequest):
 
 def request_sent(plan: Plan) -> bool | None:
     """Did the write leave the gateway? True, False, or None when nobody can know."""
-    from executors.models import Attempt
-
     state = Attempt.objects.filter(plan=plan).values_list("state", flat=True).first()
-    if state in (None, Attempt.State.PREPARED, Attempt.State.NOT_SENT):
+    if state is None:
         return False
-    if state == Attempt.State.ANSWERED:
-        return True
+    sent = Attempt.State(state).request_sent()
     # It may have left and no answer came; once the change is found applied (by
     # reconciliation or by a person), it did.
-    if plan.status == PlanStatus.COMPLETED:
+    if sent is None and plan.status == PlanStatus.COMPLETED:
         return True
-    return None
+    return sent
 
 
 def approval_source(plan: Plan) -> dict[str, Any]:
@@ -338,7 +335,7 @@ def approval_source(plan: Plan) -> dict[str, Any]:
 def plan_out(plan: Plan) -> dict[str, Any]:
     request = plan.write_request
     outcome = None
-    if plan.status in TERMINAL or plan.status in (PlanStatus.PENDING, PlanStatus.UNKNOWN):
+    if plan.status in PlanStatus.settled():
         outcome = {
             "state": plan.status,
             "detail": plan.outcome_detail,
@@ -471,7 +468,7 @@ async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQu
 
     first = await wait_for_change(plan_id, read=read_status, timeout=query.wait)
     plan = read["plan"]
-    if first not in TERMINAL:
+    if first not in PlanStatus.terminal():
         plan = await sync_to_async(plan_for_agent)(agent, plan_id)
     return Status(200, await sync_to_async(plan_out)(plan))
 

@@ -28,27 +28,23 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from jsonschema import Draft202012Validator
 
+from actions.lib import dispatch
+from actions.lib.actors import grant_actor, user_actor
 from actions.lib.audit import audit_record
 from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, normalize
 from actions.lib.exceptions import InvalidInput, InvalidTransition, NotAllowed, NotFound
 from actions.models import Action, Agent
 from actions.spec import InputValidator
 
+from .lifecycle import plan_transition
 from .models import Approval, Plan, PlanStatus, SessionGrant
+from .permissions import can_review
 
 MAX_REASON_CHARS = 2000
 MAX_EXECUTIONS_LIMIT = 10_000
 GRANT_CLASSES = ("observation", "reversible")
 # Stands for an input field a plan does not have (None is a value a field may hold).
 _ABSENT = object()
-
-
-def _user_actor(user) -> str:
-    return f"user:{user.get_username()}"
-
-
-def grant_actor(grant: SessionGrant) -> str:
-    return f"grant:{grant.id}"
 
 
 def action_grant_eligible(action: Action) -> bool:
@@ -129,8 +125,6 @@ def grant_create(
 ) -> SessionGrant:
     """Make a grant, or raise InvalidInput listing every problem (JSON Pointers into
     the form: /actions/0, /duration_seconds, /max_executions, /fixed_values/<field>)."""
-    from .services import can_review
-
     if not can_review(creator):
         raise NotAllowed(_("you are not a reviewer"))
     errors: list[dict[str, str]] = []
@@ -221,7 +215,7 @@ def grant_create(
         grant.actions.set(actions)
         audit_record(
             kind="grant.created",
-            actor=_user_actor(creator),
+            actor=user_actor(creator),
             data={
                 "grant": str(grant.id),
                 "agent": agent.name,
@@ -238,8 +232,6 @@ def grant_create(
 def grant_revoke(*, grant_id, reviewer) -> SessionGrant:
     """End a grant now. Plans it approved that the worker has not claimed yet are
     refused at claim time (see grant_refusal_reason); nothing new is covered."""
-    from .services import can_review
-
     if not can_review(reviewer):
         raise NotAllowed(_("you are not a reviewer"))
     now = timezone.now()
@@ -256,7 +248,7 @@ def grant_revoke(*, grant_id, reviewer) -> SessionGrant:
         grant.save(update_fields=["revoked_at", "revoked_by"])
         audit_record(
             kind="grant.revoked",
-            actor=_user_actor(reviewer),
+            actor=user_actor(reviewer),
             data={"grant": str(grant.id), "agent_id": str(grant.agent_id)},
         )
     return grant
@@ -319,10 +311,6 @@ def grant_approve(*, plan: Plan, grant: SessionGrant, now=None) -> Plan:
     The Approval's reviewer is the grant's maker: their standing consent is what
     approves, and the grant is recorded next to it.
     """
-    from executors.tasks import enqueue_execution
-
-    from .services import plan_transition
-
     now = now or timezone.now()
     if plan.policy.get("mode") != "session_grant" or plan.policy.get("grant") != str(grant.id):
         raise RuntimeError("the plan's fingerprinted policy does not name this grant")
@@ -344,7 +332,7 @@ def grant_approve(*, plan: Plan, grant: SessionGrant, now=None) -> Plan:
         plan=plan,
         data={
             "grant": str(grant.id),
-            "granted_by": _user_actor(grant.created_by),
+            "granted_by": user_actor(grant.created_by),
             "uses": used,
             "max_executions": grant.max_executions,
         },
@@ -358,7 +346,7 @@ def grant_approve(*, plan: Plan, grant: SessionGrant, now=None) -> Plan:
         decided_at=now,
         enqueued_at=now,
     )
-    enqueue_execution(plan.id)
+    dispatch.on_commit(dispatch.EXECUTE_PLAN, plan.id)
     return plan
 
 

@@ -53,7 +53,7 @@ from .api import (
     problem_body_from,
     validation_message,
 )
-from .models import TERMINAL, Plan
+from .models import Plan, PlanStatus
 from .ratelimit import rate_limit_check
 from .schemas import PlanCreate, PlanOut
 from .selectors import actions_for_agent, plan_for_agent
@@ -81,22 +81,6 @@ CLASS_MEANING = {
     "irreversible": "a change that cannot be undone, or a broad one",
 }
 
-STATUS_MEANING = {
-    "awaiting_approval": "waiting for a person to approve or deny it; nothing has been written",
-    "approved": "approved; the worker will apply it shortly",
-    "executing": "the worker is applying it now",
-    "completed": "applied upstream",
-    "pending": "accepted upstream and not finished yet",
-    "already_in_desired_state": "nothing to do: the target already looked like this",
-    "rejected": "the upstream refused the change",
-    "stale": "the target changed after the preview; nothing was written (propose again)",
-    "refused": "Countersign did not send it (see the outcome); nothing was written",
-    "unknown": "the request may or may not have taken effect; a person will reconcile it",
-    "denied": "a reviewer denied it; nothing was written",
-    "expired": "nobody decided in time; nothing was written",
-    "cancelled": "withdrawn; nothing was written",
-}
-
 INSTRUCTIONS = (
     "Countersign stands between you and the systems you change. Each action tool only "
     "proposes: Countersign previews the change read-only and a person approves that exact "
@@ -121,6 +105,10 @@ class InvalidRequest(CountersignError):
 # not thread-sensitive, so one slow preview does not queue every other MCP call behind
 # it, and a pool thread's connection does not outlive the call (see wakeups.db_call).
 _db = db_call
+
+
+def _meaning(status: str) -> str:
+    return PlanStatus(status).meaning if status in PlanStatus.values else status
 
 
 def _json(value: Any) -> Any:
@@ -283,7 +271,7 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
             f"A person must approve this exact plan; status {markdown_code(status)}."
         )
     else:
-        head = f"**Plan {markdown_code(status)}** — {STATUS_MEANING.get(status, status)}."
+        head = f"**Plan {markdown_code(status)}** — {_meaning(status)}."
     lines = [head, "", doc["preview"]["summary_markdown"], "", "**Input**", ""]
     lines += _input_lines(plan.action, doc["input"])
     approvals = doc["approvals_required"]
@@ -672,7 +660,7 @@ def build_server(
             agent, plan, wait = await call(read_plan, ctx, arguments)
         except CountersignError as exc:
             return error_result(_for_call(exc), consequence="Nothing changed.")
-        if wait and plan.status not in TERMINAL:
+        if wait and plan.status not in PlanStatus.terminal():
             # The same long-poll as GET /plans/{id}?wait=N: woken by approvals.wakeups on
             # the first change, holding no thread or connection meanwhile. The status is
             # read again after registering, so a change since the read above counts.

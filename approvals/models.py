@@ -30,8 +30,37 @@ class PlanStatus(models.TextChoices):
     EXPIRED = "expired", _("Expired")
     CANCELLED = "cancelled", _("Cancelled")
 
+    # The groupings every part of the product uses, defined once, next to the table.
 
-# The only legal moves. approvals.services.plan_transition() is the single place that
+    @classmethod
+    def terminal(cls) -> frozenset[str]:
+        """Nothing will ever change: no transition leaves these."""
+        return _TERMINAL
+
+    @classmethod
+    def unsettled(cls) -> frozenset[str]:
+        """An outcome that a look (status request, reconciliation) or a person may still
+        settle; nothing more is sent."""
+        return _UNSETTLED
+
+    @classmethod
+    def in_flight(cls) -> frozenset[str]:
+        """Not decided yet, or decided and not executed yet."""
+        return _IN_FLIGHT
+
+    @classmethod
+    def settled(cls) -> frozenset[str]:
+        """What an agent waits for: nothing more will happen by itself, short of a look
+        at an unsettled outcome (terminal, pending or unknown)."""
+        return _TERMINAL | _UNSETTLED
+
+    @property
+    def meaning(self) -> str:
+        """One sentence for an agent about what the status means (English, as the API)."""
+        return _MEANINGS[self]
+
+
+# The only legal moves. approvals.lifecycle.plan_transition() is the single place that
 # changes Plan.status, and it consults this table.
 TRANSITIONS: dict[str, frozenset[str]] = {
     PlanStatus.AWAITING_APPROVAL: frozenset(
@@ -60,18 +89,25 @@ TRANSITIONS: dict[str, frozenset[str]] = {
         {PlanStatus.COMPLETED, PlanStatus.REJECTED, PlanStatus.ALREADY_IN_DESIRED_STATE}
     ),
 }
-TERMINAL = frozenset(
-    {
-        PlanStatus.COMPLETED,
-        PlanStatus.ALREADY_IN_DESIRED_STATE,
-        PlanStatus.REJECTED,
-        PlanStatus.STALE,
-        PlanStatus.REFUSED,
-        PlanStatus.DENIED,
-        PlanStatus.EXPIRED,
-        PlanStatus.CANCELLED,
-    }
-)
+_TERMINAL = frozenset(PlanStatus) - frozenset(TRANSITIONS)
+_UNSETTLED = frozenset({PlanStatus.PENDING, PlanStatus.UNKNOWN})
+_IN_FLIGHT = frozenset({PlanStatus.AWAITING_APPROVAL, PlanStatus.APPROVED, PlanStatus.EXECUTING})
+_MEANINGS = {
+    PlanStatus.AWAITING_APPROVAL: "waiting for a person to approve or deny it; "
+    "nothing has been written",
+    PlanStatus.APPROVED: "approved; the worker will apply it shortly",
+    PlanStatus.EXECUTING: "the worker is applying it now",
+    PlanStatus.COMPLETED: "applied upstream",
+    PlanStatus.PENDING: "accepted upstream and not finished yet",
+    PlanStatus.ALREADY_IN_DESIRED_STATE: "nothing to do: the target already looked like this",
+    PlanStatus.REJECTED: "the upstream refused the change",
+    PlanStatus.STALE: "the target changed after the preview; nothing was written (propose again)",
+    PlanStatus.REFUSED: "Countersign did not send it (see the outcome); nothing was written",
+    PlanStatus.UNKNOWN: "the request may or may not have taken effect; a person will reconcile it",
+    PlanStatus.DENIED: "a reviewer denied it; nothing was written",
+    PlanStatus.EXPIRED: "nobody decided in time; nothing was written",
+    PlanStatus.CANCELLED: "withdrawn; nothing was written",
+}
 
 
 class Plan(models.Model):
@@ -183,7 +219,7 @@ class Plan(models.Model):
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in PlanStatus.terminal()
 
     @property
     def superseded_by_id(self):
@@ -235,6 +271,82 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} by {self.reviewer} on {self.plan_id}"
+
+
+class Attempt(models.Model):
+    """One try at the upstream write for one approved plan.
+
+    The idempotency key is generated here and committed *before* the request leaves
+    (state ``sending``), so a crash at any point leaves a row that says whether the
+    request may have left. One plan has at most one attempt: the unique plan column is
+    the database's promise that a plan is written at most once.
+    """
+
+    class State(models.TextChoices):
+        PREPARED = "prepared"  # claimed; nothing sent yet
+        SENDING = "sending"  # committed just before the request leaves: it may have left
+        ANSWERED = "answered"  # the upstream answered; see response_status
+        NOT_SENT = "not_sent"  # stopped before sending (stale, refused, unreachable)
+        LOST = "lost"  # sent, but no answer (timeout, broken connection, worker died)
+
+        def request_sent(self) -> bool | None:
+            """Did the request leave the gateway? None: it may have."""
+            return {self.ANSWERED: True, self.PREPARED: False, self.NOT_SENT: False}.get(self)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    plan = models.OneToOneField(Plan, on_delete=models.PROTECT, related_name="attempt")
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PREPARED)
+    # Tries before anything was sent (upstream unreachable while re-reading).
+    tries = models.PositiveSmallIntegerField(default=0)
+    request = models.JSONField(default=dict)  # exactly what was sent, secrets redacted
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(default=dict)
+    response_body = models.TextField(blank=True)  # filtered and bounded
+    error = models.TextField(blank=True)
+    # How many times the request was sent: more than once only with the same
+    # idempotency key, and only where the action declares the upstream honours it.
+    sends = models.PositiveSmallIntegerField(default=0)
+    # Following accepted work (202) and reconciling unknown outcomes.
+    status_path = models.CharField(max_length=500, blank=True)
+    status_checks = models.PositiveSmallIntegerField(default=0)
+    # Reconciliations of an unknown outcome tried so far (automatic and "check now").
+    reconcile_checks = models.PositiveSmallIntegerField(default=0)
+    reconciliation = models.JSONField(default=dict, blank=True)
+    revalidation = models.JSONField(default=dict)  # what the re-read found
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        # The table keeps the name it had when the model lived in executors.
+        db_table = "executors_attempt"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=["prepared", "sending", "answered", "not_sent", "lost"]),
+                name="attempt_state_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.id} ({self.state})"
+
+
+# The attempt's legal moves; approvals.lifecycle.attempt_transition() consults it. An
+# attempt is created prepared, by the claim.
+ATTEMPT_TRANSITIONS: dict[str, frozenset[str]] = {
+    # The fence commits "sending" right before the request leaves; or nothing is sent
+    # (stale, refused, the upstream unreachable, the worker gone before sending).
+    Attempt.State.PREPARED: frozenset({Attempt.State.SENDING, Attempt.State.NOT_SENT}),
+    # Answered, or no answer; back to not sent only when provably nothing left (the
+    # connection was refused before a byte was sent, or the older fence's sends == 0).
+    Attempt.State.SENDING: frozenset(
+        {Attempt.State.ANSWERED, Attempt.State.LOST, Attempt.State.NOT_SENT}
+    ),
+    # Only an attempt that provably sent nothing may be claimed again.
+    Attempt.State.NOT_SENT: frozenset({Attempt.State.PREPARED}),
+}
 
 
 class IdempotencyRecord(models.Model):

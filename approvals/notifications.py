@@ -32,6 +32,9 @@ from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage, mailers
 from django.utils.translation import gettext as _
 
+from actions.cache import cached
+from actions.lib import dispatch
+
 from .models import NotificationTarget, Plan, PlanStatus
 
 log = logging.getLogger(__name__)
@@ -230,3 +233,16 @@ def webhook_deliver(*, target_id, plan_id) -> Delivery:
     permanent = 300 <= status < 500 and status not in (408, 429)
     log.warning("webhook %s for plan %s answered %s", target.id, plan.id, status)
     return Delivery("failed", permanent=permanent, status=status)
+
+
+def notifications_wanted() -> bool:
+    """Is any notification target enabled? With none there is no one to tell, and no
+    task is queued at all (remembered per catalog generation, which target edits
+    change)."""
+    return cached("notify", None, NotificationTarget.objects.filter(enabled=True).exists)
+
+
+def notify_awaiting(plan_id) -> None:
+    """Tell the reviewer groups about this plan once the surrounding transaction commits
+    (callers ask ``notifications_wanted()`` first)."""
+    dispatch.on_commit(dispatch.NOTIFY_PLAN, plan_id)

@@ -20,6 +20,8 @@ from actions.cache import cached, fresh
 from actions.cache import snapshot as catalog_snapshot
 from actions.clients import read_client
 from actions.fingerprint import fingerprint, fingerprint_document, plan_fingerprint_matches
+from actions.lib import dispatch
+from actions.lib.actors import SYSTEM, agent_actor, user_actor
 from actions.lib.audit import audit_record
 from actions.lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from actions.lib.exceptions import (
@@ -43,8 +45,10 @@ from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
 from .grants import grant_approve, grant_match
-from .models import TRANSITIONS, Approval, IdempotencyRecord, Plan, PlanStatus
-from .wakeups import plan_changed
+from .lifecycle import plan_transition
+from .models import Approval, IdempotencyRecord, Plan, PlanStatus
+from .notifications import notifications_wanted, notify_awaiting
+from .permissions import can_review
 
 log = logging.getLogger(__name__)
 
@@ -52,57 +56,6 @@ log = logging.getLogger(__name__)
 # that died mid-preview; a retry may take it over.
 IDEMPOTENCY_RESERVATION_SECONDS = 60
 MAX_REASON_CHARS = 2000
-
-
-def agent_actor(agent: Agent) -> str:
-    return f"agent:{agent.name}"
-
-
-def user_actor(user) -> str:
-    return f"user:{user.get_username()}"
-
-
-# --- the state machine --------------------------------------------------------------
-
-
-def plan_transition(
-    plan: Plan,
-    *,
-    to: str,
-    actor: str,
-    event: str,
-    data: dict[str, Any] | None = None,
-    **fields: Any,
-) -> Plan:
-    """Move ``plan`` from its current status to ``to``, or raise InvalidTransition.
-
-    A conditional UPDATE on (id, status) makes the move race-free: if another process
-    moved the plan first, zero rows change and nothing is recorded.
-    """
-    source = plan.status
-    if to not in TRANSITIONS.get(source, frozenset()):
-        raise InvalidTransition(f"a plan cannot go from {source} to {to}")
-    # No savepoint inside a caller's transaction (two round trips saved on the hot
-    # paths): a lost race writes nothing and is raised only after the block, so a caller
-    # that catches it can go on using its transaction.
-    with transaction.atomic(savepoint=False):
-        updated = Plan.objects.filter(id=plan.id, status=source).update(status=to, **fields)
-        if updated == 1:
-            plan.status = to
-            for key, value in fields.items():
-                setattr(plan, key, value)
-            audit_record(
-                kind=event,
-                actor=actor,
-                plan=plan,
-                data={"from": source, "to": to, **(data or {})},
-            )
-            # Wake the plan's long-polls, wherever they wait, once this commits.
-            plan_changed(plan.id, to)
-    if updated != 1:
-        # Another process got there first.
-        raise InvalidTransition(f"the plan is no longer {source}")
-    return plan
 
 
 # --- proposing -----------------------------------------------------------------------
@@ -281,9 +234,6 @@ def plan_submit(
     and the plan is approved by it in the same transaction; otherwise it awaits a
     person, and the reviewer groups are notified once it is committed.
     """
-
-    from .tasks import notifications_wanted
-
     with catalog_snapshot():
         action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
         # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
@@ -387,8 +337,6 @@ def plan_submit(
             if grant is not None:
                 grant_approve(plan=plan, grant=grant, now=now)
             elif notify:
-                from .tasks import notify_awaiting
-
                 notify_awaiting(plan.id)
     except BaseException:
         if reservation is not None:
@@ -512,10 +460,6 @@ def reviewer_create(
 # --- deciding -----------------------------------------------------------------------
 
 
-def can_review(user) -> bool:
-    return bool(user and user.is_active and user.has_perm("approvals.review_plan"))
-
-
 def approval_record(
     *, plan_id, reviewer, decision: str, fingerprint_seen: str, comment: str = ""
 ) -> Plan:
@@ -547,7 +491,7 @@ def approval_record(
             plan_transition(
                 plan,
                 to=PlanStatus.EXPIRED,
-                actor="system",
+                actor=SYSTEM,
                 event="plan.expired",
                 finished_at=now,
                 outcome_detail="no decision before the plan expired",
@@ -627,12 +571,10 @@ def approval_record(
                     },
                 )
                 if approvals >= plan.required_approvals:
-                    from executors.tasks import enqueue_execution
-
                     # Registered first, so the worker's wake-up leaves at commit ahead of
                     # the long-polls' (both run on commit, in this order; neither if the
                     # transition below fails and the transaction rolls back).
-                    enqueue_execution(plan.id)
+                    dispatch.on_commit(dispatch.EXECUTE_PLAN, plan.id)
                     plan_transition(
                         plan,
                         to=PlanStatus.APPROVED,
@@ -667,26 +609,69 @@ def _creator_would_approve_alone(plan: Plan, reviewer) -> bool:
     return others + 1 >= plan.required_approvals and others == 0
 
 
-def plans_expire(*, now=None) -> int:
-    """Expire plans that waited past their time. Returns how many."""
-    now = now or timezone.now()
-    count = 0
-    for plan in Plan.objects.filter(
-        status=PlanStatus.AWAITING_APPROVAL, expires_at__lte=now
-    ).select_related("action")[:500]:
-        try:
-            plan_transition(
-                plan,
-                to=PlanStatus.EXPIRED,
-                actor="system:sweeper",
-                event="plan.expired",
-                finished_at=now,
-                outcome_detail="no decision before the plan expired",
+# --- unsettled outcomes: a person looks, or says what they found -----------------------
+
+
+def plan_check_request(*, plan_id, reviewer) -> Plan:
+    """ "Check now": a reviewer asks a worker to look at an unsettled outcome at once (the
+    status request of accepted work, or the reconciliation of an unknown outcome).
+
+    The look runs in a worker, never in the web process: repeating a keyed request
+    needs the write credential, which only workers can open. It is due now in the
+    database, so the sweeper publishes it again if this message is lost."""
+    if not can_review(reviewer):
+        raise NotAllowed("you are not a reviewer")
+    with transaction.atomic():
+        plan = Plan.objects.select_for_update(of=("self",)).filter(id=plan_id).first()
+        if plan is None:
+            raise NotFound("no such plan")
+        if plan.status not in PlanStatus.unsettled():
+            raise InvalidTransition(
+                f"only an unknown or pending outcome can be checked; this one is {plan.status}"
             )
-            count += 1
-        except InvalidTransition:
-            pass  # decided meanwhile
-    return count
+        actor = user_actor(reviewer)
+        Plan.objects.filter(pk=plan.pk).update(next_check_at=timezone.now())
+        audit_record(kind="reconcile.requested", actor=actor, plan=plan)
+        dispatch.on_commit(dispatch.RECONCILE, plan.id, actor)
+    return plan
+
+
+def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
+    """A person records what they found for an unknown outcome."""
+    if not can_review(reviewer):
+        raise NotAllowed("you are not a reviewer")
+    allowed = (PlanStatus.COMPLETED, PlanStatus.REJECTED, PlanStatus.ALREADY_IN_DESIRED_STATE)
+    if state not in allowed:
+        raise InvalidInput(
+            errors=[{"pointer": "/state", "message": f"one of {', '.join(allowed)}"}]
+        )
+    note = (note or "").strip()[:2000]
+    if not note:
+        raise InvalidInput(errors=[{"pointer": "/note", "message": "say what you found"}])
+    with transaction.atomic():
+        plan = (
+            Plan.objects.select_for_update(of=("self",))
+            .select_related("action")
+            .filter(id=plan_id)
+            .first()
+        )
+        if plan is None:
+            raise NotFound("no such plan")
+        if plan.status != PlanStatus.UNKNOWN:
+            raise InvalidTransition(
+                f"only an unknown outcome can be resolved; this one is {plan.status}"
+            )
+        plan_transition(
+            plan,
+            to=state,
+            actor=user_actor(reviewer),
+            event="reconcile.resolved_by_person",
+            data={"note": note},
+            finished_at=timezone.now(),
+            outcome_detail=f"resolved by a reviewer: {state}",
+            next_check_at=None,
+        )
+    return plan
 
 
 # --- revisions: a reviewer previews again or edits ------------------------------------

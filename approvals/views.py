@@ -26,17 +26,18 @@ from actions.lib.exceptions import CountersignError, NotFound
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent, ConsequenceClass
 from actions.preview import diff
-from executors.models import Attempt
 
 from .diffs import is_long_text, only_version_moved, word_diff
 from .heartbeats import heartbeat_status
-from .models import TERMINAL, Approval, Plan, PlanStatus
+from .models import Approval, Attempt, Plan, PlanStatus
 from .pages import page_error, plan_page, reviewer_page
 from .services import (
     approval_record,
     approval_revoke,
+    plan_check_request,
     plan_edit,
     plan_preview_again,
+    plan_resolve,
 )
 
 RENDERED_TAGS = {
@@ -233,7 +234,7 @@ OUTCOME_DETAILS = [
     gettext_noop("refused before sending: the write credential cannot be opened"),
 ]
 
-# What a reconciliation read found (executors.services), as a reviewer reads it.
+# What a reconciliation read found (executors.reconciliation), as a reviewer reads it.
 CHECK_VERDICTS = {
     "applied": gettext_lazy("applied"),
     "not applied": gettext_lazy("not applied"),
@@ -271,7 +272,7 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "superseded_by": superseded_by,
         "can_preview_again": plan.status == PlanStatus.STALE and superseded_by is None,
         # Unknown waits for a person (who may be typing a resolution): no auto-refresh.
-        "live": plan.status not in TERMINAL and plan.status != PlanStatus.UNKNOWN,
+        "live": plan.status in PlanStatus.in_flight() or plan.status == PlanStatus.PENDING,
         "attempt": attempt,
         "last_check": CHECK_VERDICTS.get(verdict, verdict),
         "outcome_detail": gettext(plan.outcome_detail) if plan.outcome_detail else "",
@@ -415,28 +416,11 @@ def plan_revoke(request: HttpRequest, plan_id) -> HttpResponse:
 @require_POST
 @plan_page
 def plan_check(request: HttpRequest, plan_id) -> HttpResponse:
-    """Check now: run the action's reconciliation (a read) for an unknown outcome."""
-    from executors.services import reconcile
-
-    plan = _plan_or_404(plan_id)
-    if plan.status not in (PlanStatus.UNKNOWN, PlanStatus.PENDING):
-        messages.error(request, gettext("Only an unknown or pending outcome can be checked."))
-    else:
-        result = reconcile(plan_id=plan.id, actor=f"user:{request.user.get_username()}")
-        if result == "queued":
-            messages.info(
-                request,
-                gettext("A worker is checking; this page shows the outcome when it is done."),
-            )
-        elif result in ("unknown", "following", "still-pending"):
-            messages.info(request, gettext("Checked: still not settled. See what was found below."))
-        else:
-            label = (
-                PlanStatus(result).label.lower()
-                if result in PlanStatus.values
-                else result.replace("_", " ")
-            )
-            messages.success(request, gettext("Checked: %(result)s.") % {"result": label})
+    """Check now: a worker looks at an unknown or pending outcome at once."""
+    plan_check_request(plan_id=plan_id, reviewer=request.user)
+    messages.info(
+        request, gettext("A worker is checking; this page shows the outcome when it is done.")
+    )
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 
@@ -444,8 +428,6 @@ def plan_check(request: HttpRequest, plan_id) -> HttpResponse:
 @plan_page
 def plan_resolve_view(request: HttpRequest, plan_id) -> HttpResponse:
     """A person records what they found for an unknown outcome."""
-    from executors.services import plan_resolve
-
     plan_resolve(
         plan_id=plan_id,
         reviewer=request.user,

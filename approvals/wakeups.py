@@ -370,7 +370,7 @@ async def wait_for_change(
     once *after* registering, so a change that commits before the wait begins is seen
     either by that read or as a message. Returns the status first read.
     """
-    from .models import TERMINAL
+    from .models import PlanStatus
 
     plan_key = str(plan_id)
     loop = asyncio.get_running_loop()
@@ -379,7 +379,7 @@ async def wait_for_change(
     waiter = watch.register(plan_key)
     try:
         seen = await read()
-        if seen is None or seen in TERMINAL:
+        if seen is None or seen in PlanStatus.terminal():
             return seen
         waiter.seen = seen
         if waiter.heard is not None and waiter.heard != seen:

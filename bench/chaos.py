@@ -18,7 +18,7 @@ The scenario, the same in ``tests/e2e/test_chaos.py`` and in ``make chaos``:
   sweeper, executions whose worker died are settled by it, ``unknown`` outcomes are
   reconciled by the workers' reconcile task.
 * **Wake-ups are published for real** from this process (``approval_record`` →
-  ``on_commit`` → ``executors.tasks.publish``), through a connection to the private
+  ``on_commit`` → ``actions.lib.dispatch.publish``), through a connection to the private
   Redis: ``publish`` is swapped for one that names that connection, and restored after.
   A publish that fails while Redis is down is logged and left to the sweeper, as the
   product's own ``publish`` does.
@@ -283,16 +283,17 @@ class Workers:
 @contextlib.contextmanager
 def publishing_to(broker_url: str, queue: str, counter: Counter):
     """Publish this process's wake-ups to the private broker, then restore ``publish``."""
+    from actions.lib import dispatch
     from config.celery import app
-    from executors import tasks
 
     connection = app.connection_for_write(broker_url)
-    original = tasks.publish
+    original = dispatch.publish
 
-    def publish(plan_id: str, countdown: float | None = None) -> None:
+    def publish(name: str, *args, countdown: float | None = None) -> bool:
         try:
-            tasks.execute_plan_task.apply_async(
-                (plan_id,),
+            app.send_task(
+                name,
+                args=[str(a) for a in args],
                 countdown=countdown,
                 connection=connection,
                 queue=queue,
@@ -300,13 +301,15 @@ def publishing_to(broker_url: str, queue: str, counter: Counter):
             )
         except Exception:  # noqa: BLE001 - as the product's publish: the sweeper republishes
             counter["publish_failures"] += 1
-            log.info("could not publish %s; the sweeper will", plan_id)
+            log.info("could not publish %s %s; the sweeper will", name, args)
+            return False
+        return True
 
-    tasks.publish = publish
+    dispatch.publish = publish
     try:
         yield
     finally:
-        tasks.publish = original
+        dispatch.publish = original
         connection.release()
 
 
@@ -442,7 +445,7 @@ def run_chaos(
 
 def _unsettled(result: ChaosResult) -> dict[str, dict[str, Any]]:
     """What is known about plans that did not end terminal, for people and for failures."""
-    from executors.models import Attempt
+    from approvals.models import Attempt
 
     cases = {c.plan_id: c for c in result.cases}
     found = {}

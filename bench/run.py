@@ -378,15 +378,15 @@ def wait_settled(ids: list[str], timeout: float) -> dict[str, str]:
 @contextlib.contextmanager
 def publishing_held():
     """Approvals' wake-ups are collected instead of published (then sent in one go)."""
-    from executors import tasks
+    from actions.lib import dispatch
 
     held: list[str] = []
-    original = tasks.publish
-    tasks.publish = lambda plan_id, countdown=None: held.append(plan_id)
+    original = dispatch.publish
+    dispatch.publish = lambda name, plan_id, countdown=None: held.append(plan_id)
     try:
         yield held
     finally:
-        tasks.publish = original
+        dispatch.publish = original
 
 
 # --- B1 submit ------------------------------------------------------------------------------
@@ -534,8 +534,8 @@ def _count(values) -> dict[str, int]:
 
 
 def b3_throughput(d: Deployment, sizes: Sizes) -> dict:
+    from actions.lib.dispatch import EXECUTE_PLAN, publish
     from approvals.models import Plan
-    from executors.tasks import publish
 
     runs = []
     peak_worker_rss: list[int] = []
@@ -550,7 +550,7 @@ def b3_throughput(d: Deployment, sizes: Sizes) -> dict:
         samples: list[list[int]] = []
         began = time.time()
         for plan_id in held:
-            publish(plan_id)
+            publish(EXECUTE_PLAN, plan_id)
         while True:
             with contextlib.suppress(Exception):
                 samples.append([r.rss_kb for r in d.worker_readings()])

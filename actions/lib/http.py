@@ -22,6 +22,8 @@ from django.conf import settings
 
 from .redaction import remember_secrets, scrub_bytes, scrub_text, scrub_value
 
+# A form-encoded body (its pairs are built by the preview; the client only encodes them).
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 READ_METHODS = frozenset({"GET", "HEAD"})
 
 
@@ -256,9 +258,6 @@ class _Client:
         except httpx.HTTPError as exc:
             # RemoteProtocolError and friends: the request was (at least partly) sent.
             raise UpstreamError(f"the connection broke: {type(exc).__name__}", sent=True) from None
-
-
-FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 
 
 def _form_content(body: Any) -> bytes:

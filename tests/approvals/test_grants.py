@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from actions.fingerprint import plan_fingerprint_matches
+from actions.lib.dispatch import EXECUTE_PLAN, NOTIFY_PLAN, task_of
 from actions.lib.exceptions import InvalidInput, InvalidTransition, NotAllowed
 from actions.lib.models import AuditEvent
 from approvals.grants import grant_create, grant_revoke
@@ -154,9 +155,9 @@ def test_a_covered_plan_is_approved_by_the_grant(
     granted = AuditEvent.objects.get(kind="approval.granted")
     assert granted.data["grant"] == str(grant.id) and granted.data["granted_by"] == "user:rita"
     # The worker is woken, and nobody is told the plan awaits a decision.
-    names = [callback.__qualname__ for callback in callbacks]
-    assert any(name.startswith("enqueue_execution") for name in names)
-    assert not any(name.startswith("notify_awaiting") for name in names)
+    tasks = [task_of(callback) for callback in callbacks]
+    assert EXECUTE_PLAN in tasks
+    assert NOTIFY_PLAN not in tasks
 
 
 def test_the_same_input_without_a_grant_has_another_fingerprint(make_grant, make_plan):
@@ -246,8 +247,7 @@ def test_the_cap_holds_under_concurrent_submissions(
 ):
     """Two submissions at the same moment against a cap of one: the row lock on the grant
     makes exactly one of them approved."""
-    monkeypatch.setattr("executors.tasks.publish", lambda *a, **k: None)
-    monkeypatch.setattr("approvals.tasks._publish", lambda *a, **k: None)
+    monkeypatch.setattr("actions.lib.dispatch.publish", lambda *a, **k: None)
     grant = grant_create(
         creator=reviewer,
         agent=agent,

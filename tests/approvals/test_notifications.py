@@ -224,7 +224,7 @@ def test_a_broker_outage_does_not_break_submit(reviewers, submit, monkeypatch):
     def down(*args, **kwargs):
         raise ConnectionError("broker down")
 
-    monkeypatch.setattr("approvals.tasks.notify_plan_task.apply_async", down)
+    monkeypatch.setattr("actions.lib.dispatch.current_app.send_task", down)
     email_target(reviewers)
     plan = submit()
     assert plan.status == PlanStatus.AWAITING_APPROVAL

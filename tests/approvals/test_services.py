@@ -23,13 +23,9 @@ from actions.lib.exceptions import (
     NotFound,
 )
 from actions.lib.models import AuditEvent
+from approvals.lifecycle import plan_transition, plans_expire
 from approvals.models import TRANSITIONS, Approval, Plan, PlanStatus
-from approvals.services import (
-    approval_record,
-    plan_cancel,
-    plan_transition,
-    plans_expire,
-)
+from approvals.services import approval_record, plan_cancel
 from approvals.wakeups import is_wakeup
 from tests.conftest import DEMO_CATALOG
 

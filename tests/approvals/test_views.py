@@ -147,7 +147,7 @@ def test_the_other_pages_are_for_reviewers_only(client, outsider, name):
             "approvals:plan-check",
             PlanStatus.AWAITING_APPROVAL,
             {},
-            "Only an unknown or pending outcome can be checked.",
+            "only an unknown or pending outcome can be checked; this one is awaiting_approval",
         ),
         (
             "approvals:plan-resolve",

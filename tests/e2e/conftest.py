@@ -36,7 +36,7 @@ def approve_without_wakeup(monkeypatch, reviewer):
 
     def approve(plan: dict) -> None:
         with monkeypatch.context() as patched:
-            patched.setattr("executors.tasks.publish", lambda *a, **k: None)
+            patched.setattr("actions.lib.dispatch.publish", lambda *a, **k: None)
             approval_record(
                 plan_id=plan["id"],
                 reviewer=reviewer,

@@ -81,12 +81,12 @@ def test_queue_filter_and_page_survive_the_htmx_refresh(open_browser, agent_api)
 def test_stale_plan_is_previewed_again_and_the_revision_completes(
     open_browser, agent_api, upstream, approve_without_wakeup
 ):
-    from executors.tasks import publish
+    from actions.lib.dispatch import EXECUTE_PLAN, publish
 
     plan = agent_api.propose()
     approve_without_wakeup(plan)
     upstream.mutate("/contacts/c-1001", {"phone": "+1 555 0199"})
-    publish(str(plan["id"]))
+    publish(EXECUTE_PLAN, plan["id"])
     assert agent_api.wait_for(plan["id"])["status"] == "stale"
     assert upstream.writes() == []
 

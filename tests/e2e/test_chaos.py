@@ -10,12 +10,14 @@ the figures to docs/reliability.md); read its docstring for the details. In shor
   production (requeue after 8 s, lease 5 s). The system Redis is never touched and only
   process groups started by the scenario are signalled;
 * approvals are recorded in this process in batches; their on-commit wake-ups are
-  published to the private Redis (``executors.tasks.publish`` is swapped for the duration
+  published to the private Redis (``actions.lib.dispatch.publish`` is swapped for the duration
   and restored); a publish that fails while Redis is down is left to the sweeper;
 * the demo upstream (in this process) answers a share of writes 0.2 s late and a few with
   a 503 after applying; a few contacts are changed upstream after the preview;
-* when nothing is approved or executing any more the workers stop, and plans still
-  ``unknown`` are reconciled with ``executors.services.reconcile``.
+* once, right after a plan goes ``unknown``, every consuming worker is killed before its
+  reconciliation ran; the sweeper must bring that reconciliation back by itself;
+* when nothing is approved, executing or unknown any more the workers stop; nothing is
+  reconciled by hand.
 
 The run is bounded and stops by itself: it ends as soon as every plan has settled, and at
 the latest 120 s after the first approval (``ChaosConfig.deadline_seconds``). Most of its
@@ -36,9 +38,8 @@ from pathlib import Path
 import pytest
 
 from actions.lib.audit import audit_verify
-from approvals.models import Approval, Plan
+from approvals.models import Approval, Attempt, Plan
 from bench.chaos import TERMINAL, ChaosConfig, run_chaos
-from executors.models import Attempt
 from tests.e2e.support import header
 
 pytestmark = pytest.mark.e2e

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from actions.lib.models import AuditEvent
-from approvals.models import Approval
-from executors.models import Attempt
+from approvals.models import Approval, Attempt
 from tests.e2e.support import NEW_EMAIL, OLD_EMAIL, error_messages, eventually, header
 
 pytestmark = pytest.mark.e2e
@@ -71,7 +70,7 @@ def test_the_approved_plan_is_written_exactly_once(agent_api, rita, upstream):
 
 
 def test_a_completed_plan_is_never_executed_again(agent_api, rita, upstream, worker_logs):
-    from executors.tasks import publish
+    from actions.lib.dispatch import EXECUTE_PLAN, publish
 
     plan = agent_api.propose()
     form = rita.page(plan["id"])
@@ -81,7 +80,7 @@ def test_a_completed_plan_is_never_executed_again(agent_api, rita, upstream, wor
     assert len(upstream.writes()) == 1
 
     # A redelivered wake-up goes through the real broker to the real worker...
-    publish(str(plan["id"]))
+    publish(EXECUTE_PLAN, plan["id"])
     assert worker_logs.wait_finished(2)[1] == "'skipped:completed'"
     # ...and the same approval form, posted again, is refused.
     page = rita.decide(plan["id"], "approve", page=form)
@@ -95,14 +94,14 @@ def test_a_completed_plan_is_never_executed_again(agent_api, rita, upstream, wor
 def test_a_target_changed_after_the_approval_ends_stale_with_no_write(
     agent_api, upstream, approve_without_wakeup
 ):
-    from executors.tasks import publish
+    from actions.lib.dispatch import EXECUTE_PLAN, publish
 
     plan = agent_api.propose()
     approve_without_wakeup(plan)
     assert agent_api.get(plan["id"])["status"] == "approved"
 
     upstream.mutate("/contacts/c-1001", {"phone": "+1 555"})
-    publish(str(plan["id"]))
+    publish(EXECUTE_PLAN, plan["id"])
 
     done = agent_api.wait_for(plan["id"])
     assert done["status"] == "stale", done

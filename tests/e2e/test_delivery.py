@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from actions.models import Connector
-from executors.models import Attempt
+from approvals.models import Attempt
 from tests.e2e.support import NEW_EMAIL, WorkerLogs, eventually
 
 pytestmark = pytest.mark.e2e
@@ -33,14 +33,14 @@ def second_worker(live, live_env, worker_keys, tmp_path):
 def test_duplicate_deliveries_write_once(
     agent_api, upstream, approve_without_wakeup, live, second_worker
 ):
-    from executors.tasks import publish
+    from actions.lib.dispatch import EXECUTE_PLAN, publish
 
     plan = agent_api.propose()
     approve_without_wakeup(plan)
     logs = WorkerLogs(live["worker"], second_worker)
 
     for _ in range(20):
-        publish(str(plan["id"]))
+        publish(EXECUTE_PLAN, plan["id"])
 
     results = logs.wait_finished(20, timeout=30)
     assert len(results) == 20
@@ -54,7 +54,7 @@ def test_duplicate_deliveries_write_once(
 def test_a_lost_wakeup_is_recovered_by_the_sweeper_once(
     agent_api, upstream, approve_without_wakeup, worker_logs, settings
 ):
-    from executors.services import sweep
+    from executors.sweeper import sweep
 
     settings.COUNTERSIGN_REQUEUE_AFTER_SECONDS = 0
     plan = agent_api.propose()
@@ -122,7 +122,7 @@ def test_a_worker_killed_mid_request_is_settled_as_unknown(
     comes back (acks_late), the redelivery must not send again, and the sweeper settles
     the plan as unknown once its lease is over."""
     from approvals.services import approval_record
-    from executors.services import sweep
+    from executors.sweeper import sweep
 
     # Long enough to find and kill the pool process while the worker waits for the answer.
     upstream.add_fault(method="PATCH", path_prefix="/contacts/", times=1, delay=5.0)

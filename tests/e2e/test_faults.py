@@ -11,9 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from approvals.models import Heartbeat, Plan, PlanStatus
+from approvals.models import Attempt, Heartbeat, Plan, PlanStatus
 from approvals.services import approval_record
-from executors.models import Attempt
 from tests.e2e.support import eventually, header
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +48,7 @@ def private(live, live_env, worker_keys, tmp_path):
 def _approve_quietly(plan, reviewer, monkeypatch) -> None:
     """Approve in this process without publishing: the test sends the wake-up itself."""
     with monkeypatch.context() as patched:
-        patched.setattr("executors.tasks.publish", lambda *a, **k: None)
+        patched.setattr("actions.lib.dispatch.publish", lambda *a, **k: None)
         approval_record(
             plan_id=plan.id,
             reviewer=reviewer,

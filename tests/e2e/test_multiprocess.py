@@ -25,8 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from approvals.models import Approval, Plan
-from executors.models import Attempt
+from approvals.models import Approval, Attempt, Plan
 from tests.conftest import WRITE_TOKEN
 from tests.e2e.support import ReviewerClient, WorkerLogs, csrf_token, eventually
 from tests.processes import start_web, start_worker

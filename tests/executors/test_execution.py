@@ -12,13 +12,14 @@ import pytest
 from django.core import serializers
 from django.utils import timezone
 
+from actions.lib.dispatch import EXECUTE_PLAN, RECONCILE, task_of
 from actions.lib.models import AuditEvent
 from actions.lib.redaction import REDACTED
 from actions.models import Action, Connector, Credential
-from approvals.models import Approval, Plan, PlanStatus
+from approvals.models import Approval, Attempt, Plan, PlanStatus
 from approvals.wakeups import is_wakeup
-from executors.models import Attempt
-from executors.services import _claim, classify, execution_run, sweep
+from executors.services import _claim, classify, execution_run
+from executors.sweeper import sweep
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 
 REMINDER = {
@@ -489,15 +490,16 @@ def test_sweep_requeues_approved_plans_whose_message_was_lost(
 def test_sweep_requeue_publishes_the_plan_id(
     upstream, approved, settings, monkeypatch, django_capture_on_commit_callbacks
 ):
-    from executors import tasks
-
     published = []
-    monkeypatch.setattr(tasks, "publish", lambda plan_id, countdown=None: published.append(plan_id))
+    monkeypatch.setattr(
+        "actions.lib.dispatch.publish",
+        lambda name, plan_id, countdown=None: published.append((name, plan_id)),
+    )
     plan = approved()
     later = timezone.now() + timedelta(seconds=settings.COUNTERSIGN_REQUEUE_AFTER_SECONDS + 1)
     with django_capture_on_commit_callbacks(execute=True):
         sweep(now=later)
-    assert published == [str(plan.id)]
+    assert published == [(EXECUTE_PLAN, plan.id)]
 
 
 def _claimed(plan) -> Plan:
@@ -524,9 +526,7 @@ def test_sweep_settles_a_lost_worker_that_may_have_sent_as_unknown(
         report = sweep(now=_past_lease(settings))
     assert report["unknown"] == 1
     # Never sent again: the only follow-up is a reconciliation (a read), not an execution.
-    assert [c.__qualname__.split(".")[0] for c in callbacks if not is_wakeup(c)] == [
-        "enqueue_reconcile"
-    ]
+    assert [task_of(c) for c in callbacks if not is_wakeup(c)] == [RECONCILE]
     assert fresh(plan).status == PlanStatus.UNKNOWN
     assert attempt_of(plan).state == Attempt.State.LOST
     assert execution_run(plan_id=plan.id) == "skipped:unknown"

@@ -9,13 +9,14 @@ import time
 import pytest
 from django.core import serializers
 
+from actions.lib.dispatch import RECONCILE, task_of
 from actions.lib.models import AuditEvent
 from actions.models import Credential
-from approvals.models import PlanStatus
-from approvals.services import approval_revoke, plan_cancel
+from approvals.models import Attempt, PlanStatus
+from approvals.services import approval_revoke, plan_cancel, plan_resolve
 from approvals.wakeups import is_wakeup
-from executors.models import Attempt
-from executors.services import pending_follow, plan_resolve, reconcile, retry_after_seconds
+from executors.reconciliation import pending_follow, reconcile
+from executors.services import retry_after_seconds
 from tests.conftest import WRITE_TOKEN
 from tests.executors.test_execution import REMINDER, attempt_of, fresh
 
@@ -291,10 +292,12 @@ def connector_fast(catalog):
 
 
 def test_checking_a_keyed_invoke_from_the_web_hands_it_to_a_worker(
-    upstream, catalog, approved, run, settings, django_capture_on_commit_callbacks
+    upstream, catalog, approved, run, settings, reviewer, django_capture_on_commit_callbacks
 ):
-    """The web process cannot open the write credential, so it never repeats a write."""
+    """ "Check now" never runs the look in the web process, which cannot open the write
+    credential: it is due now in the database and handed to a worker by name."""
     from actions.catalog import action_define
+    from approvals.services import plan_check_request
 
     definition = dict(catalog["send_reminder"].definition)
     definition["write"] = {**definition["write"], "retry": {"max_retries": 0}}
@@ -304,9 +307,31 @@ def test_checking_a_keyed_invoke_from_the_web_hands_it_to_a_worker(
     assert run(plan) == "unknown"
     settings.COUNTERSIGN_WORKER_KEY_FILE = ""  # now we are the web process
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        assert reconcile(plan_id=plan.id) == "queued"
-    assert [c.__qualname__.split(".")[0] for c in callbacks if not is_wakeup(c)] == [
-        "enqueue_reconcile"
-    ]
+        plan_check_request(plan_id=plan.id, reviewer=reviewer)
+    handed = [c for c in callbacks if not is_wakeup(c)]
+    assert [task_of(c) for c in handed] == [RECONCILE]
+    assert handed[0].args[1:] == (plan.id, "user:rita")
     assert len(upstream.writes()) == 1
     assert fresh(plan).status == "unknown"
+    assert fresh(plan).next_check_at is not None
+    assert AuditEvent.objects.filter(plan=plan, kind="reconcile.requested").exists()
+
+
+def test_a_process_without_the_worker_key_never_repeats_a_keyed_request(
+    upstream, catalog, approved, run, settings, django_capture_on_commit_callbacks
+):
+    """A look that lands in a process without the key (a misconfigured worker) finds
+    nothing out and schedules the next look; it sends nothing."""
+    from actions.catalog import action_define
+
+    definition = dict(catalog["send_reminder"].definition)
+    definition["write"] = {**definition["write"], "retry": {"max_retries": 0}}
+    action_define(name="send_reminder", definition=definition, actor="test")
+    upstream.add_fault(method="POST", path_prefix="/reminders", status=503, apply=True)
+    plan = approved("send_reminder", REMINDER)
+    assert run(plan) == "unknown"
+    settings.COUNTERSIGN_WORKER_KEY_FILE = ""
+    with django_capture_on_commit_callbacks(execute=False):
+        assert reconcile(plan_id=plan.id) == "unknown"
+    assert len(upstream.writes()) == 1
+    assert "cannot be opened" in attempt_of(plan).reconciliation["verdict"]

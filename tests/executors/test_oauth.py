@@ -13,12 +13,11 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from actions import oauth
 from actions.models import Connector, Credential
 from actions.services import credential_set
 from actions.vault import VaultError
-from approvals.models import Plan, PlanStatus
-from actions import oauth
-from executors.models import Attempt
+from approvals.models import Attempt, Plan, PlanStatus
 from executors.vault import WriteKeyUnavailable, open_write_secret
 from tests.conftest import OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET, secrets_in
 

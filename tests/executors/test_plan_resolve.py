@@ -10,7 +10,7 @@ import pytest
 
 from actions.lib.exceptions import NotFound
 from actions.lib.models import AuditEvent
-from executors.services import plan_resolve
+from approvals.services import plan_resolve
 
 
 def test_resolving_an_unknown_plan_is_not_found(reviewer):

@@ -7,9 +7,9 @@ import time
 
 from django.db import connection
 
+from approvals.models import Attempt
 from approvals.services import approval_record
-from executors import services
-from executors.models import Attempt
+from executors import services, sweeper
 
 
 def test_a_slow_worker_and_the_sweeper_send_twice(
@@ -17,7 +17,7 @@ def test_a_slow_worker_and_the_sweeper_send_twice(
 ):
     from approvals.services import plan_submit
 
-    monkeypatch.setattr("executors.tasks.publish", lambda *a, **k: None)
+    monkeypatch.setattr("actions.lib.dispatch.publish", lambda *a, **k: None)
     plan, _ = plan_submit(
         agent=agent, action_name="start_deployment", input={"service": "api", "version": "v1.2.3"}
     )
@@ -73,7 +73,7 @@ def test_a_slow_worker_and_the_sweeper_send_twice(
     thread = threading.Thread(target=worker)
     thread.start()
     assert claimed.wait(10)
-    report = services.sweep()
+    report = sweeper.sweep()
     thread.join(15)
     monkeypatch.setattr(Attempt, "objects", real_objects)
     monkeypatch.setattr(services, "_revalidate", revalidate)

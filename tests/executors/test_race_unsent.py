@@ -1,16 +1,15 @@
 """Regression: a worker killed after committing "sending" but before recording its first
 send (sends=0: the request provably never left) must not leave the plan unknown for ever."""
 
+from approvals.models import Attempt
 from approvals.services import approval_record, plan_submit
-from executors import services
-from executors.models import Attempt
+from executors import reconciliation, services, sweeper
 
 
 def test_killed_between_fencing_and_the_first_send(
     transactional_db, catalog, agent, reviewer, upstream, executor_key, settings, monkeypatch
 ):
-    monkeypatch.setattr("executors.tasks.publish", lambda *a, **k: None)
-    monkeypatch.setattr("executors.services._publish", lambda *a, **k: None)
+    monkeypatch.setattr("actions.lib.dispatch.publish", lambda *a, **k: None)
     plan, _ = plan_submit(
         agent=agent,
         action_name="send_reminder",
@@ -28,8 +27,8 @@ def test_killed_between_fencing_and_the_first_send(
     # The fencing commit, then SIGKILL before `update(sends=1)` and before the request.
     Attempt.objects.filter(pk=claim.attempt.pk).update(state=Attempt.State.SENDING)
     settings.COUNTERSIGN_EXECUTION_LEASE_SECONDS = 0
-    print("sweep:", services.sweep())
-    print("reconcile:", services.reconcile(plan_id=plan.id))
+    print("sweep:", sweeper.sweep())
+    print("reconcile:", reconciliation.reconcile(plan_id=plan.id))
     attempt = Attempt.objects.get(pk=claim.attempt.pk)
     print("attempt:", attempt.state, "sends", attempt.sends, attempt.reconciliation)
     print("upstream writes:", len(upstream.writes()))

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import Plan, PlanStatus
-from executors import services, tasks
+from executors import broker, sweeper
 
 
 @pytest.fixture
@@ -35,20 +35,23 @@ def overdue(approved, settings):
 @pytest.fixture
 def published(monkeypatch):
     sent: list[str] = []
-    monkeypatch.setattr(tasks, "publish", lambda plan_id, countdown=None: sent.append(plan_id))
+    monkeypatch.setattr(
+        "actions.lib.dispatch.publish",
+        lambda name, plan_id, countdown=None: sent.append(plan_id),
+    )
     return sent
 
 
 def sweep_now(django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        return services.sweep()
+        return sweeper.sweep()
 
 
 def test_a_backlog_whose_messages_are_queued_is_not_republished(
     overdue, published, monkeypatch, django_capture_on_commit_callbacks
 ):
     overdue(6)
-    monkeypatch.setattr(tasks, "queued_messages", lambda: 6)
+    monkeypatch.setattr(broker, "queued_messages", lambda: 6)
     report = sweep_now(django_capture_on_commit_callbacks)
     assert report["requeued"] == 0 and report["still_queued"] == 6
     assert published == []
@@ -58,7 +61,7 @@ def test_only_as_many_as_the_queue_can_be_missing_are_republished(
     overdue, published, monkeypatch, django_capture_on_commit_callbacks
 ):
     plans = overdue(6)
-    monkeypatch.setattr(tasks, "queued_messages", lambda: 4)
+    monkeypatch.setattr(broker, "queued_messages", lambda: 4)
     report = sweep_now(django_capture_on_commit_callbacks)
     assert report["requeued"] == 2 and report["still_queued"] == 4
     assert len(published) == 2
@@ -67,7 +70,7 @@ def test_only_as_many_as_the_queue_can_be_missing_are_republished(
     assert {p.enqueued_at for p in untouched} == {plans[0].enqueued_at}
 
     # The queue drained and they are still approved: their messages were lost too.
-    monkeypatch.setattr(tasks, "queued_messages", lambda: 0)
+    monkeypatch.setattr(broker, "queued_messages", lambda: 0)
     report = sweep_now(django_capture_on_commit_callbacks)
     assert report["requeued"] == 4  # the two republished a moment ago are not overdue
     assert len(set(published)) == 6
@@ -78,7 +81,7 @@ def test_an_unreadable_queue_republishes_at_most_a_batch(
 ):
     overdue(5)
     settings.COUNTERSIGN_REQUEUE_BATCH = 3
-    monkeypatch.setattr(tasks, "queued_messages", lambda: None)
+    monkeypatch.setattr(broker, "queued_messages", lambda: None)
     assert sweep_now(django_capture_on_commit_callbacks)["requeued"] == 3
     assert sweep_now(django_capture_on_commit_callbacks)["requeued"] == 2
     assert sweep_now(django_capture_on_commit_callbacks)["requeued"] == 0
@@ -98,9 +101,9 @@ def test_the_queue_depth_is_read_from_the_broker(monkeypatch):
         try:
             for n in range(3):
                 queue.put({"n": n})
-            assert tasks.queued_messages() == 3
+            assert broker.queued_messages() == 3
             queue.get(timeout=5).ack()
-            assert tasks.queued_messages() == 2
+            assert broker.queued_messages() == 2
         finally:
             queue.close()
             conn.default_channel.queue_delete(name)

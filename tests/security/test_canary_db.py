@@ -20,7 +20,7 @@ from actions.models import Connector, Credential
 from actions.services import credential_set, vault_set_locked
 from approvals.models import Plan, PlanStatus
 from approvals.services import approval_record
-from executors.services import reconcile
+from executors.reconciliation import reconcile
 from tests.conftest import (
     OAUTH_CLIENT_ID,
     OAUTH_CLIENT_SECRET,

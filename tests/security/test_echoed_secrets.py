@@ -24,9 +24,8 @@ from actions.lib.redaction import (
     scrub_value,
     secret_forms,
 )
-from approvals.models import Plan, PlanStatus
-from executors.models import Attempt
-from executors.services import pending_follow, reconcile
+from approvals.models import Attempt, Plan, PlanStatus
+from executors.reconciliation import pending_follow, reconcile
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 from tests.security.test_canary_db import secret_hits
 

@@ -9,9 +9,8 @@ from django.core.management import call_command
 from actions.lib.models import AuditEvent
 from actions.models import VaultState
 from actions.services import vault_set_locked
-from approvals.models import Plan, PlanStatus
+from approvals.models import Attempt, Plan, PlanStatus
 from executors import services as executor_services
-from executors.models import Attempt
 
 
 def fresh(plan) -> Plan:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from executors.services import sweep
+from executors.sweeper import sweep
 
 
 class Command(BaseCommand):

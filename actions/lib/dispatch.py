@@ -1,0 +1,62 @@
+"""Handing work to workers, by task name.
+
+Every piece of work is a row with a state; a message only wakes a worker up (the sweeper
+publishes again whatever a lost message leaves behind). So the side that has work to hand
+over names the task and never imports the code that runs it: the web side sends
+``executors.execute_plan`` without importing ``executors``. This module is the one
+publisher: a broker that is down costs a wake-up (logged), never the request that made
+the work, and nothing is published before the transaction that made the work commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from functools import partial
+
+from celery import current_app
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+# The tasks, by the names their modules register (executors/tasks.py, approvals/tasks.py).
+EXECUTE_PLAN = "executors.execute_plan"
+RECONCILE = "executors.reconcile"
+FOLLOW_PENDING = "executors.follow_pending"
+SWEEP = "executors.sweep"
+NOTIFY_PLAN = "approvals.notify_plan"
+DELIVER_WEBHOOK = "approvals.deliver_webhook"
+
+
+def publish(name: str, *args, countdown: float | None = None) -> bool:
+    """Send the task now; False (and a warning) if the broker could not take it."""
+    # Ids travel as strings: a UUID is not JSON.
+    args = [str(a) if isinstance(a, uuid.UUID) else a for a in args]
+    try:
+        if current_app.conf.task_always_eager:
+            # Celery's eager mode (tasks run in this process, as some tests ask) applies
+            # to registered tasks only; send_task would still go to the broker. The task
+            # modules are found as a worker finds them (config/celery.py autodiscovery).
+            if name not in current_app.tasks:
+                current_app.loader.import_default_modules()
+            current_app.tasks[name].apply_async(args=args, countdown=countdown)
+        else:
+            current_app.send_task(name, args=args, countdown=countdown)
+    except Exception:  # noqa: BLE001 - any broker error; the row is the truth
+        log.warning("could not publish %s for %s; the sweeper will see to it", name, args)
+        return False
+    return True
+
+
+def on_commit(name: str, *args, countdown: float | None = None) -> None:
+    """Send the task once the surrounding transaction commits (at once outside one). The
+    callback is a ``partial`` of ``publish``: its ``args[0]`` names the task."""
+    transaction.on_commit(partial(publish, name, *args, countdown=countdown))
+
+
+def task_of(callback) -> str | None:
+    """The task an on-commit callback made by ``on_commit`` will send, or None for any
+    other callback (tests and tools that look at what a transaction will hand over)."""
+    if isinstance(callback, partial) and callback.func is publish and callback.args:
+        return callback.args[0]
+    return None

@@ -1,0 +1,237 @@
+"""The one place that changes a plan's status, an attempt's state and an approval's use.
+
+Each change consults its transition table (approvals.models: ``TRANSITIONS``,
+``ATTEMPT_TRANSITIONS``) and is a conditional UPDATE on the row's current state, so a
+process that lost a race changes nothing and is told so (InvalidTransition). The
+executor and the sweeper call these functions; neither writes those columns itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from actions.lib.actors import SWEEPER
+from actions.lib.audit import audit_record
+from actions.lib.exceptions import InvalidTransition
+from actions.models import VaultState
+
+from .models import ATTEMPT_TRANSITIONS, TRANSITIONS, Approval, Attempt, Plan, PlanStatus
+from .wakeups import plan_changed
+
+# --- plans ----------------------------------------------------------------------------
+
+
+def plan_transition(
+    plan: Plan,
+    *,
+    to: str,
+    actor: str,
+    event: str,
+    data: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Plan:
+    """Move ``plan`` from its current status to ``to``, or raise InvalidTransition.
+
+    A conditional UPDATE on (id, status) makes the move race-free: if another process
+    moved the plan first, zero rows change and nothing is recorded.
+    """
+    source = plan.status
+    if to not in TRANSITIONS.get(source, frozenset()):
+        raise InvalidTransition(f"a plan cannot go from {source} to {to}")
+    # No savepoint inside a caller's transaction (two round trips saved on the hot
+    # paths): a lost race writes nothing and is raised only after the block, so a caller
+    # that catches it can go on using its transaction.
+    with transaction.atomic(savepoint=False):
+        updated = Plan.objects.filter(id=plan.id, status=source).update(status=to, **fields)
+        if updated == 1:
+            plan.status = to
+            for key, value in fields.items():
+                setattr(plan, key, value)
+            audit_record(
+                kind=event,
+                actor=actor,
+                plan=plan,
+                data={"from": source, "to": to, **(data or {})},
+            )
+            # Wake the plan's long-polls, wherever they wait, once this commits.
+            plan_changed(plan.id, to)
+    if updated != 1:
+        # Another process got there first.
+        raise InvalidTransition(f"the plan is no longer {source}")
+    return plan
+
+
+def plans_expire(*, now=None) -> int:
+    """Expire plans that waited past their time. Returns how many."""
+    now = now or timezone.now()
+    count = 0
+    for plan in Plan.objects.filter(
+        status=PlanStatus.AWAITING_APPROVAL, expires_at__lte=now
+    ).select_related("action")[:500]:
+        try:
+            plan_transition(
+                plan,
+                to=PlanStatus.EXPIRED,
+                actor=SWEEPER,
+                event="plan.expired",
+                finished_at=now,
+                outcome_detail="no decision before the plan expired",
+            )
+            count += 1
+        except InvalidTransition:
+            pass  # decided meanwhile
+    return count
+
+
+# --- approvals: spent by one execution, given back when nothing was sent -----------------
+
+
+def approvals_spend(plan: Plan, now) -> bool:
+    """Mark the plan's valid approvals used, if there are enough of them; one UPDATE
+    (and one more to undo it when there are too few). Runs under the plan's row lock,
+    inside the claim."""
+    valid = plan.approvals.filter(
+        decision=Approval.Decision.APPROVE,
+        fingerprint=plan.fingerprint,
+        used_at__isnull=True,
+        expires_at__gt=now,
+    )
+    spent = valid.update(used_at=now)
+    if spent >= plan.required_approvals:
+        return True
+    if spent:
+        plan.approvals.filter(used_at=now).update(used_at=None)
+    return False
+
+
+def approvals_return(plan: Plan) -> None:
+    """Give back the approvals the plan's claim spent: nothing left the gateway, so the
+    consent was not used (the claim stamped them with its own time)."""
+    plan.approvals.filter(used_at=plan.claimed_at).update(used_at=None)
+
+
+# --- attempts ---------------------------------------------------------------------------
+
+
+def attempt_open(plan: Plan) -> Attempt:
+    """The claim's attempt, prepared: a new one with a fresh idempotency key (committed
+    with the claim, before anything can be sent), or the plan's one attempt taken up
+    again when it provably sent nothing. Runs under the plan's row lock."""
+    try:
+        attempt = plan.attempt
+    except Attempt.DoesNotExist:
+        return Attempt.objects.create(
+            plan=plan,
+            idempotency_key=uuid.uuid4().hex,
+            state=Attempt.State.PREPARED,
+            tries=1,
+        )
+    if attempt.state != Attempt.State.NOT_SENT:
+        # One attempt per plan; one that may have sent can never be re-armed.
+        raise InvalidTransition(f"plan {plan.id} is approved but has a {attempt.state} attempt")
+    return attempt_transition(attempt, to=Attempt.State.PREPARED, tries=attempt.tries + 1)
+
+
+def attempt_transition(attempt: Attempt, *, to: str, **fields: Any) -> Attempt:
+    """Move ``attempt`` from its state to ``to``, or raise InvalidTransition.
+
+    Conditional on the state *and* the try it belongs to: a worker that was presumed
+    dead, and whose plan the sweeper took back and another worker re-claimed, finds
+    nothing to change."""
+    source = attempt.state
+    if to not in ATTEMPT_TRANSITIONS.get(source, frozenset()):
+        raise InvalidTransition(f"an attempt cannot go from {source} to {to}")
+    updated = Attempt.objects.filter(pk=attempt.pk, state=source, tries=attempt.tries).update(
+        state=to, **fields
+    )
+    if updated != 1:
+        raise InvalidTransition(f"the attempt is no longer {source}")
+    attempt.state = to
+    for key, value in fields.items():
+        setattr(attempt, key, value)
+    return attempt
+
+
+def attempt_fence(plan: Plan, attempt: Attempt, *, sent_at, request: dict, revalidation) -> bool:
+    """prepared → sending, and the first send counted, if and only if the attempt is still
+    this worker's try, its plan still claimed by this worker, and the vault unlocked.
+    Committed before the request leaves: from here on a crash reads "it may have left".
+
+    One statement (its own transaction outside a caller's), in plain SQL: the ORM's
+    version of this UPDATE (two EXISTS filters) took three times as long to build as to
+    run, on the path between a decision and its effect. The lock is read once more in
+    the same statement, so a lock committed after it is one engaged after the send began.
+    """
+    qn = connection.ops.quote_name
+    field = Attempt._meta.get_field
+    sql = (
+        f"UPDATE {qn(Attempt._meta.db_table)} SET {qn('state')} = %s, {qn('sent_at')} = %s, "
+        f"{qn('request')} = %s, {qn('revalidation')} = %s, {qn('sends')} = 1 "
+        f"WHERE {qn('id')} = %s AND {qn('state')} = %s AND {qn('tries')} = %s "
+        f"AND EXISTS (SELECT 1 FROM {qn(Plan._meta.db_table)} WHERE {qn('id')} = %s "
+        f"AND {qn('status')} = %s AND {qn('claimed_at')} = %s) "
+        f"AND NOT EXISTS (SELECT 1 FROM {qn(VaultState._meta.db_table)} "
+        f"WHERE {qn('id')} = %s AND {qn('locked')})"
+    )
+    params = [
+        Attempt.State.SENDING,
+        field("sent_at").get_db_prep_save(sent_at, connection),
+        field("request").get_db_prep_save(request, connection),
+        field("revalidation").get_db_prep_save(revalidation, connection),
+        field("id").get_db_prep_save(attempt.id, connection),
+        Attempt.State.PREPARED,
+        attempt.tries,
+        Plan._meta.get_field("id").get_db_prep_save(plan.id, connection),
+        PlanStatus.EXECUTING,
+        Plan._meta.get_field("claimed_at").get_db_prep_save(plan.claimed_at, connection),
+        VaultState.SINGLETON_ID,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        fenced = cursor.rowcount == 1
+    if fenced:
+        attempt.state, attempt.sent_at, attempt.sends = Attempt.State.SENDING, sent_at, 1
+        attempt.request, attempt.revalidation = request, revalidation
+    return fenced
+
+
+def attempt_count_send(attempt: Attempt, sends: int) -> bool:
+    """Count a re-send (same key) before it leaves, fenced like the first: False if the
+    attempt moved on meanwhile (the sweeper settled it), and then nothing may be sent."""
+    counted = Attempt.objects.filter(
+        pk=attempt.pk, state=Attempt.State.SENDING, tries=attempt.tries
+    ).update(sends=sends)
+    if counted:
+        attempt.sends = sends
+    return bool(counted)
+
+
+def execution_end(
+    plan: Plan,
+    attempt: Attempt,
+    *,
+    to: str,
+    attempt_to: str,
+    actor: str,
+    event: str,
+    data: dict[str, Any] | None = None,
+    attempt_fields: dict[str, Any] | None = None,
+    give_back_approvals: bool = False,
+    **plan_fields: Any,
+) -> Plan:
+    """The attempt's move and the plan's, together in one transaction: the outcome of an
+    execution (or of the sweeper settling one), never one without the other.
+    ``give_back_approvals`` when nothing was sent and the plan goes back to approved.
+
+    No savepoint inside a caller's transaction (the executor's, which also registers the
+    look it schedules): a lost race raises before anything is written."""
+    with transaction.atomic(savepoint=False):
+        attempt_transition(attempt, to=attempt_to, **(attempt_fields or {}))
+        if give_back_approvals:
+            approvals_return(plan)
+        plan_transition(plan, to=to, actor=actor, event=event, data=data, **plan_fields)
+    return plan

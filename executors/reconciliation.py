@@ -1,0 +1,257 @@
+"""Looking again at an outcome that is not settled: following accepted work (``pending``)
+with its status request, and reconciling an outcome that is ``unknown``.
+
+A look is scheduled in the database (``Plan.next_check_at``) in the transaction that
+makes the plan unsettled, and a message wakes a worker when it is due; the sweeper
+publishes again any look whose message was lost. A look only reads, except the one
+that repeats a keyed request with the same idempotency key (the upstream answers it
+from its record, without acting twice), which only a worker can open the credential for.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from actions.clients import credential_auth, read_client
+from actions.lib import dispatch
+from actions.lib.actors import EXECUTOR
+from actions.lib.audit import audit_record
+from actions.lib.http import UpstreamError, WriteClient
+from actions.models import Credential
+from actions.preview import PreviewError, read_target, resolve_pointer
+from actions.rules import rule_holds
+from actions.vault import VaultError
+from approvals.lifecycle import plan_transition
+from approvals.models import Attempt, Plan, PlanStatus
+
+from .outcomes import classify
+from .vault import open_write_secret
+
+# Seconds before each automatic reconciliation of an unknown outcome; after the last one
+# comes up inconclusive, the plan waits for a person ("check now" or resolve).
+RECONCILE_DELAYS = (2.0, 10.0, 60.0, 300.0, 1800.0)
+# The first status request of accepted work; then 1 s, 2 s, 4 s... up to a minute.
+FIRST_FOLLOW_SECONDS = 1.0
+
+
+def due(now, seconds: float | None):
+    """When a look ``seconds`` from ``now`` is due (None: no look scheduled)."""
+    return None if seconds is None else now + timedelta(seconds=seconds)
+
+
+def wake_look(plan_id, status: str, *, countdown: float | None) -> None:
+    """Publish the wake-up for a scheduled look once the transaction commits: the status
+    request of accepted work, or the reconciliation of an unknown outcome."""
+    task = dispatch.FOLLOW_PENDING if status == PlanStatus.PENDING else dispatch.RECONCILE
+    dispatch.on_commit(task, plan_id, countdown=countdown)
+
+
+# --- accepted work ----------------------------------------------------------------------
+
+
+def pending_follow(*, plan_id) -> str:
+    """Ask the upstream about accepted work once; settle the plan or schedule the next ask."""
+    plan = Plan.objects.select_related("action", "action__connector").filter(id=plan_id).first()
+    if plan is None or plan.status != PlanStatus.PENDING:
+        return f"skipped:{plan.status if plan else 'missing'}"
+    attempt = Attempt.objects.get(plan=plan)
+    status = plan.action.spec.status
+    if status is None or not attempt.status_path:
+        return "skipped:no-status-request"
+    try:
+        with read_client(plan.action.connector) as client:
+            response = client.get(attempt.status_path)
+        body = response.json() if response.status == 200 else None
+    except (UpstreamError, ValueError):
+        body = None
+    checks = attempt.status_checks + 1
+    now = timezone.now()
+    outcomes = [
+        (status.done_when, PlanStatus.COMPLETED, "the accepted work finished"),
+        (status.failed_when, PlanStatus.REJECTED, "the accepted work failed upstream"),
+    ]
+    with transaction.atomic():
+        Attempt.objects.filter(pk=attempt.pk).update(status_checks=checks)
+        for rule, state, detail in outcomes:
+            if body is not None and rule and rule_holds(rule, body, {}):
+                plan_transition(
+                    plan,
+                    to=state,
+                    actor=EXECUTOR,
+                    event=f"execution.{state}",
+                    data={"via": "status request", "checks": checks},
+                    finished_at=now,
+                    outcome_detail=detail,
+                    next_check_at=None,
+                )
+                return state
+        if checks >= status.max_checks:
+            Plan.objects.filter(pk=plan.pk, status=PlanStatus.PENDING).update(
+                outcome_detail=f"accepted by the upstream; still not finished after {checks} "
+                "checks",
+                next_check_at=None,
+            )
+            return "still-pending"
+        countdown = min(2.0**checks * 0.5, 60.0)
+        Plan.objects.filter(pk=plan.pk, status=PlanStatus.PENDING).update(
+            next_check_at=due(now, countdown)
+        )
+        wake_look(plan.id, PlanStatus.PENDING, countdown=countdown)
+    return "following"
+
+
+# --- unknown outcomes --------------------------------------------------------------------
+
+
+def reconcile(*, plan_id, actor: str = EXECUTOR) -> str:
+    """Find out what happened to a plan whose outcome is unknown (or accepted work).
+
+    update/replace/create/delete: re-read the target and compare it with the plan's
+    ``after`` and ``before`` on the changed fields. invoke: the action's status request,
+    or — where the upstream honours idempotency keys — the same request with the same
+    key, which the upstream answers without doing the work twice. Anything else stays
+    ``unknown``, with what was found recorded, and is looked at again a few times
+    (RECONCILE_DELAYS) before it is left to a person.
+    """
+    plan = Plan.objects.select_related("action", "action__connector").filter(id=plan_id).first()
+    if plan is None or plan.status not in PlanStatus.unsettled():
+        return f"skipped:{plan.status if plan else 'missing'}"
+    if plan.status == PlanStatus.PENDING:
+        return pending_follow(plan_id=plan_id)
+    attempt = Attempt.objects.filter(plan=plan).first()
+    try:
+        if plan.kind == "invoke":
+            state, finding = _reconcile_invoke(plan, attempt)
+        else:
+            state, finding = _reconcile_read(plan)
+    except (PreviewError, UpstreamError) as exc:
+        state, finding = None, {"verdict": f"could not read the upstream: {exc}"}
+    except VaultError:
+        # A worker without the worker key (misconfigured): it cannot repeat the request.
+        state, finding = None, {"verdict": "the write credential cannot be opened here"}
+    now = timezone.now()
+    with transaction.atomic():
+        checks = 1
+        if attempt is not None:
+            checks = attempt.reconcile_checks + 1
+            Attempt.objects.filter(pk=attempt.pk).update(
+                reconciliation={**finding, "at": now.isoformat(), "by": actor},
+                reconcile_checks=checks,
+            )
+        if state is None:
+            audit_record(kind="reconcile.inconclusive", actor=actor, plan=plan, data=finding)
+            # Look again later, a few times, then leave it to a person.
+            delay = RECONCILE_DELAYS[checks] if checks < len(RECONCILE_DELAYS) else None
+            Plan.objects.filter(pk=plan.pk, status=PlanStatus.UNKNOWN).update(
+                next_check_at=due(now, delay)
+            )
+            if delay is not None:
+                wake_look(plan.id, PlanStatus.UNKNOWN, countdown=delay)
+            return "unknown"
+        # What the agent is told about the write comes from the attempt: the status of
+        # the answer it got, or of the same key's answer when the request was repeated.
+        status = finding.pop("upstream_status", None)
+        if status is None and attempt is not None:
+            status = attempt.response_status
+        plan_transition(
+            plan,
+            to=state,
+            actor=actor,
+            event="reconcile.settled",
+            data=finding,
+            finished_at=now,
+            outcome_detail=f"reconciled: {finding['verdict']}",
+            upstream_status=status if status is not None else plan.upstream_status,
+            next_check_at=None,
+        )
+    return state
+
+
+def _reconcile_read(plan: Plan) -> tuple[str | None, dict[str, Any]]:
+    """Re-read the target and decide: applied, not applied, or changed by someone else."""
+    spec = plan.action.spec
+    with read_client(plan.action.connector) as client:
+        result = read_target(client, spec, plan.input)
+    kind = plan.kind
+    finding: dict[str, Any] = {"exists": result.exists, "version": result.version}
+    if kind == "delete":
+        if not result.exists:
+            return PlanStatus.COMPLETED, {**finding, "verdict": "applied"}
+        if result.version == plan.precondition.get("expected"):
+            return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
+        return None, {**finding, "verdict": "changed by someone else"}
+    if kind == "create":
+        if not result.exists:
+            return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
+        current = result.body
+    else:
+        if not result.exists:
+            return None, {**finding, "verdict": "the target is gone"}
+        current = result.body
+    # Compare only what the plan changes: the upstream moves versions and timestamps.
+    paths = [c["path"] for c in plan.changes] or ["/"]
+    matches_after = all(_at(current, p) == _at(plan.after, p) for p in paths)
+    if matches_after:
+        return PlanStatus.COMPLETED, {**finding, "verdict": "applied"}
+    if kind != "create" and all(_at(current, p) == _at(plan.before, p) for p in paths):
+        return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
+    return None, {**finding, "verdict": "changed by someone else"}
+
+
+def _at(document: Any, pointer: str) -> Any:
+    if pointer in ("", "/"):
+        return document
+    try:
+        return resolve_pointer(document, pointer)
+    except KeyError:
+        return None
+
+
+def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, dict[str, Any]]:
+    spec = plan.action.spec
+    if spec.status is not None and spec.status.path:
+        with read_client(plan.action.connector) as client:
+            response = client.get(spec.render_path(spec.status.path, plan.input))
+        if response.status == 200:
+            body = response.json()
+            if rule_holds(spec.status.done_when, body, {}):
+                return PlanStatus.COMPLETED, {"verdict": "applied (status request)"}
+            if spec.status.failed_when and rule_holds(spec.status.failed_when, body, {}):
+                return PlanStatus.REJECTED, {"verdict": "failed upstream (status request)"}
+        return None, {"verdict": f"status request answered {response.status}"}
+    if spec.write.idempotency_header and attempt is not None and attempt.sends:
+        credential = plan.action.connector.credential(Credential.Role.WRITE)
+        if credential is None:
+            return None, {"verdict": "no write credential to repeat the keyed request"}
+        secret = open_write_secret(credential)
+        request = plan.write_request
+        headers = {
+            **(request.get("headers") or {}),
+            spec.write.idempotency_header: attempt.idempotency_key,
+        }
+        with WriteClient(plan.action.connector, credential_auth(credential, secret)) as client:
+            response = client.request(
+                request["method"],
+                request["path"],
+                headers=headers,
+                body=request.get("body"),
+                content_type=request.get("content_type") or "application/json",
+            )
+        # Counted, not a state change: the attempt stays as it ended (lost or answered).
+        Attempt.objects.filter(pk=attempt.pk).update(sends=attempt.sends + 1)
+        state, _ = classify(response.status, on_conflict=spec.write.on_conflict)
+        if state in (
+            PlanStatus.COMPLETED,
+            PlanStatus.REJECTED,
+            PlanStatus.ALREADY_IN_DESIRED_STATE,
+        ):
+            return state, {
+                "verdict": f"the upstream answered the same key with {response.status}",
+                "upstream_status": response.status,
+            }
+        return None, {"verdict": f"the same key was answered {response.status}"}
+    return None, {"verdict": "no way to look the outcome up: a person must check"}
