@@ -40,6 +40,7 @@ from .catalog import (
 from .export import definition_text
 from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential, VaultState
 from .openapi_import import OpenAPIImportError, import_openapi
+from .services import credentials_revoke, vault_set_locked
 from .spec import InputValidator
 
 log = logging.getLogger(__name__)
@@ -214,21 +215,7 @@ class CredentialAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected credentials", permissions=["change"])
     def revoke(self, request, queryset):
-        now = timezone.now()
-        count = 0
-        with transaction.atomic():
-            for credential in queryset.select_for_update().filter(revoked_at__isnull=True):
-                Credential.objects.filter(pk=credential.pk).update(revoked_at=now)
-                audit_record(
-                    kind="credential.revoked",
-                    actor=user_actor(request.user),
-                    data={
-                        "connector": credential.connector.name,
-                        "role": credential.role,
-                        "credential": str(credential.id),
-                    },
-                )
-                count += 1
+        count = credentials_revoke(credentials=queryset, actor=user_actor(request.user))
         self.message_user(request, f"{count} credential(s) revoked.", messages.SUCCESS)
 
 
@@ -844,14 +831,10 @@ class VaultStateAdmin(admin.ModelAdmin):
 
     @admin.action(description="Lock the vault (refuse every execution)", permissions=["change"])
     def lock_vault(self, request, queryset):
-        from .services import vault_set_locked
-
         vault_set_locked(locked=True, actor=user_actor(request.user), reason="admin")
         self.message_user(request, "The vault is locked: executions are refused.", messages.WARNING)
 
     @admin.action(description="Unlock the vault", permissions=["change"])
     def unlock_vault(self, request, queryset):
-        from .services import vault_set_locked
-
         vault_set_locked(locked=False, actor=user_actor(request.user), reason="admin")
         self.message_user(request, "The vault is unlocked.", messages.SUCCESS)

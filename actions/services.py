@@ -7,9 +7,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from actions.lib.audit import audit_record
-
 from .cache import cached, fresh
+from .lib.actors import SYSTEM
+from .lib.audit import audit_record
 from .lib.exceptions import NotFound
 from .models import Action, Agent, Connector, Credential, VaultState
 from .tokens import new_token, token_hash
@@ -21,7 +21,7 @@ def agent_create(
     name: str,
     action_names: list[str],
     created_by=None,
-    actor: str = "system",
+    actor: str = SYSTEM,
     active: bool = False,
     expires_at=None,
 ) -> tuple[Agent, str]:
@@ -96,7 +96,7 @@ def credential_set(
     audience: str = "",
     client_auth: str = Credential.ClientAuth.BASIC,
     expires_at=None,
-    actor: str = "system",
+    actor: str = SYSTEM,
 ) -> Credential:
     """Store a new credential for (connector, role); older ones stay for the record but the
     newest live one is used. Write secrets are sealed: this process cannot open them.
@@ -139,7 +139,7 @@ def credential_set(
     return credential
 
 
-def agent_revoke(*, name: str, actor: str = "system") -> Agent:
+def agent_revoke(*, name: str, actor: str = SYSTEM) -> Agent:
     """Revoke an agent's token for good: it never authenticates again. Its plans stay
     for the record; one already approved still runs (the approval was a person's)."""
     now = timezone.now()
@@ -159,32 +159,44 @@ def agent_revoke(*, name: str, actor: str = "system") -> Agent:
     return agent
 
 
-def credential_revoke(*, connector_name: str, role: str, actor: str = "system") -> int:
-    """Revoke every live credential of (connector, role). The next execution that needs
-    one is refused before sending. Returns how many were revoked."""
+def credential_revoke(*, connector_name: str, role: str, actor: str = SYSTEM) -> int:
+    """Revoke every live credential of (connector, role) (``manage.py revoke_credential``).
+    Returns how many were revoked."""
     if role not in Credential.Role.values:
         raise NotFound(f"no credential role {role!r} (read or write)")
     connector = Connector.objects.filter(name=connector_name).first()
     if connector is None:
         raise NotFound(f"no connector named {connector_name!r}")
+    return credentials_revoke(
+        credentials=Credential.objects.filter(connector=connector, role=role), actor=actor
+    )
+
+
+def credentials_revoke(*, credentials, actor: str) -> int:
+    """Revoke the live ones among ``credentials`` (a queryset), each with its own audit
+    event; the command and the admin both come here. The next execution or read that
+    needs one is refused before sending. Returns how many were revoked."""
     now = timezone.now()
+    count = 0
     with transaction.atomic():
-        ids = list(
-            Credential.objects.select_for_update()
-            .filter(connector=connector, role=role, revoked_at__isnull=True)
-            .values_list("id", flat=True)
-        )
-        Credential.objects.filter(id__in=ids).update(revoked_at=now)
-        audit_record(
-            kind="credential.revoked",
-            actor=actor,
-            data={
-                "connector": connector.name,
-                "role": role,
-                "credentials": sorted(str(i) for i in ids),
-            },
-        )
-    return len(ids)
+        for credential in (
+            credentials.select_for_update()
+            .filter(revoked_at__isnull=True)
+            .select_related("connector")
+            .order_by("pk")
+        ):
+            Credential.objects.filter(pk=credential.pk).update(revoked_at=now)
+            audit_record(
+                kind="credential.revoked",
+                actor=actor,
+                data={
+                    "connector": credential.connector.name,
+                    "role": credential.role,
+                    "credential": str(credential.pk),
+                },
+            )
+            count += 1
+    return count
 
 
 def vault_set_locked(*, locked: bool, actor: str, reason: str = "") -> VaultState:

@@ -20,6 +20,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from nacl.public import PublicKey, SealedBox
 
+from .lib.actors import SYSTEM
 from .models import Credential
 
 # A secret shorter than this cannot be told apart from ordinary text in an upstream's
@@ -163,7 +164,7 @@ def secret_values(secret: dict[str, Any]) -> list[str]:
     return [v for k, v in secret.items() if k not in _NOT_SECRET and isinstance(v, str) and v]
 
 
-def read_secrets_rotate(*, actor: str = "system") -> int:
+def read_secrets_rotate(*, actor: str = SYSTEM) -> int:
     """Re-encrypt every read secret under the newest Fernet key (the first configured).
 
     Safe while the system runs: old keys still decrypt until they are removed from

@@ -21,8 +21,10 @@ from ninja.responses import Status
 from ninja.security import HttpBearer
 from pydantic import Field
 
+from actions.lib.bearer import bearer_token
 from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
 from actions.lib.exceptions import CountersignError
+from actions.lib.problems import PROBLEM_CONTENT_TYPE, problem_body
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
@@ -34,9 +36,6 @@ from .services import plan_cancel, plan_submit
 from .wakeups import wait_for_change
 
 log = logging.getLogger(__name__)
-
-PROBLEM_CONTENT_TYPE = "application/problem+json"
-
 
 class MalformedBody(CountersignError):
     status = 400
@@ -54,38 +53,6 @@ class Unauthenticated(CountersignError):
     status = 401
     type = "unauthenticated"
     title = "A valid agent token is required"
-
-
-def problem_body(
-    *,
-    status: int,
-    type: str,
-    title: str,
-    detail: str,
-    errors: list[dict[str, str]] | None = None,
-    correlation_id: str | None = None,
-) -> dict[str, Any]:
-    """An RFC 9457 problem document (the MCP server sends the same documents)."""
-    body: dict[str, Any] = {
-        "type": f"urn:countersign:problem:{type}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "correlation_id": correlation_id or str(uuid.uuid4()),
-    }
-    if errors:
-        body["errors"] = errors
-    return body
-
-
-def problem_body_from(exc: CountersignError) -> dict[str, Any]:
-    return problem_body(
-        status=exc.status,
-        type=exc.type,
-        title=exc.title,
-        detail=exc.detail,
-        errors=exc.errors or None,
-    )
 
 
 def problem(
@@ -147,11 +114,8 @@ class AgentBearer(HttpBearer):
     def __call__(self, request: HttpRequest) -> Agent | None:
         # Parse the header ourselves: the stock implementation logs unexpected values,
         # which could put a token in the logs.
-        value = request.headers.get("Authorization", "")
-        scheme, _, token = value.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return None
-        return self.authenticate(request, token.strip())
+        token = bearer_token(request.headers.get("Authorization"))
+        return None if token is None else self.authenticate(request, token)
 
     def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
         agent = agent_authenticate(token)

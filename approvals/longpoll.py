@@ -29,6 +29,8 @@ from urllib.parse import parse_qsl, urlencode
 
 from django.conf import settings
 
+from actions.lib.bearer import bearer_token
+
 from .wakeups import db_call, wait_for_change
 
 PLAN_PATH = re.compile(r"^/api/v1/plans/(?P<plan_id>[^/]+)/?$")
@@ -56,10 +58,7 @@ def _wait_param(query_string: bytes) -> tuple[float, bytes] | None:
 def _bearer(scope) -> str | None:
     for name, value in scope.get("headers") or ():
         if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-            return None
+            return bearer_token(value)
     return None
 
 

@@ -39,20 +39,15 @@ from ninja.responses import NinjaJSONEncoder
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
+from actions.lib.bearer import bearer_token
 from actions.lib.canonical import escape_pointer_token
 from actions.lib.exceptions import CountersignError
+from actions.lib.problems import problem_body, problem_body_from, problem_line
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 from actions.spec import markdown_block, markdown_code
 
-from .api import (
-    Unauthenticated,
-    action_out,
-    plan_out,
-    problem_body,
-    problem_body_from,
-    validation_message,
-)
+from .api import Unauthenticated, action_out, plan_out, validation_message
 from .models import Plan, PlanStatus
 from .ratelimit import rate_limit_check
 from .schemas import PlanCreate, PlanOut
@@ -132,15 +127,6 @@ def _protocol_error(exc: CountersignError, *, code: int) -> MCPError:
     return MCPError(code=code, message=problem_line(problem), data=problem)
 
 
-def problem_line(problem: dict[str, Any]) -> str:
-    """One line naming the problem: what the API would say, and its type."""
-    slug = problem["type"].rsplit(":", 1)[-1]
-    text = problem["title"]
-    if problem["detail"] and problem["detail"] != problem["title"]:
-        text = f"{text}: {problem['detail']}"
-    return f"{text} [{slug}]"
-
-
 def local_datetime(value: datetime | str | None) -> str:
     """A moment in the configured language and time zone (LANGUAGE_CODE, TIME_ZONE)."""
     if isinstance(value, str):
@@ -191,14 +177,7 @@ def error_result(
     exc: CountersignError, *, consequence: str, correlation_id: str | None = None
 ) -> types.CallToolResult:
     """A refused call as the model and a person see it, with the problem as data."""
-    problem = problem_body(
-        status=exc.status,
-        type=exc.type,
-        title=exc.title,
-        detail=exc.detail,
-        errors=exc.errors or None,
-        correlation_id=correlation_id,
-    )
+    problem = problem_body_from(exc, correlation_id=correlation_id)
     slug = problem["type"].rsplit(":", 1)[-1]
     lines = [f"**Refused: {problem['title']}** ({markdown_code(slug)}, {problem['status']})"]
     if problem["detail"] != problem["title"]:
@@ -603,13 +582,6 @@ def read_card(token: str | None, how: str, uri: str) -> types.ReadResourceResult
 
 # How a handler finds the caller's token: from the HTTP request, or fixed (stdio).
 TokenSource = Callable[[ServerRequestContext[Any, Any]], str | None]
-
-
-def bearer_token(value: str | None) -> str | None:
-    scheme, _, token = (value or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
 
 
 def _token_from_request(ctx: ServerRequestContext[Any, Any]) -> str | None:

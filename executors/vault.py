@@ -16,6 +16,7 @@ from django.db import transaction
 from nacl.exceptions import CryptoError
 from nacl.public import PrivateKey, PublicKey, SealedBox
 
+from actions.lib.actors import SYSTEM
 from actions.models import Credential
 from actions.vault import VaultError, unwrap
 
@@ -70,7 +71,7 @@ def open_write_secret(credential: Credential) -> dict[str, Any]:
 
 
 def write_secrets_reseal(
-    *, old_keys: list[PrivateKey], new_public: PublicKey, actor: str = "system"
+    *, old_keys: list[PrivateKey], new_public: PublicKey, actor: str = SYSTEM
 ) -> int:
     """Re-seal every write secret to ``new_public``. Runs where the old private key is
     (a worker). Each row is re-sealed in its own short transaction and only if its

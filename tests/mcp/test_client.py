@@ -129,3 +129,11 @@ def test_the_client_is_one_file_without_django(tmp_path):
     )
     done = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_the_clients_settled_statuses_are_the_servers():
+    """The client is one file that imports nothing of Countersign, so it keeps its own
+    list; this keeps the list equal to the server's grouping."""
+    from approvals.models import PlanStatus
+
+    assert SETTLED == {str(status) for status in PlanStatus.settled()}
