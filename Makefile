@@ -2,9 +2,10 @@
 #
 #   make run     embedded mode (SQLite + filesystem broker): web, worker, demo upstream
 #   make test    the test suite (needs PostgreSQL and Redis; see .ci/services)
-#   make chaos   the chaos run (needs PostgreSQL); figures to docs/reliability.md
+#   make chaos   the full chaos run (300 plans); figures to docs/reliability.md
+#   make soak    2 web servers and 2 workers executing 1,000 plans exactly once
 #   make bench   benchmarks (PostgreSQL + Redis); docs/benchmarks.md and docs/benchmarks/*.png
-#   make lint    ruff check + ruff format --check
+#   make lint    ruff check + ruff format --check + the import contracts (lint-imports)
 #   make fmt     apply ruff fixes and formatting
 #   make lock    regenerate requirements.lock from pyproject.toml
 #   make venv    create/sync .venv from requirements.lock
@@ -43,7 +44,7 @@ BENCH_REDIS_URL ?= redis://127.0.0.1:6379/12
 # make lock (e.g. LOCK_ARGS=--upgrade, or LOCK_ARGS="--upgrade-package django")
 LOCK_ARGS ?=
 
-.PHONY: help venv run test chaos bench lint fmt lock clean messages screenshots
+.PHONY: help venv run test chaos soak bench lint fmt lock clean messages screenshots
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -85,11 +86,26 @@ test: venv
 	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test \
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# --- chaos ---------------------------------------------------------------------------
-# 300 approved plans while workers are SIGKILLed and a private Redis restarts; a scratch
-# database next to DATABASE_URL is created and dropped. See bench/chaos.py.
+# --- chaos and soak ------------------------------------------------------------------
+# The full versions of two tests the suite runs small (services as for `make test`):
+# chaos, 300 approved plans while workers are SIGKILLed and a private Redis restarts
+# (tests/e2e/chaos.py; figures to docs/reliability.md; CHAOS_SEED=<n> replays a run);
+# soak, 2 web servers and 2 workers executing 1,000 plans exactly once.
+CHAOS_SEED ?=
 chaos: venv
-	DATABASE_URL='$(DATABASE_URL)' COUNTERSIGN_ENV=test $(PY) bench/chaos.py
+	@mkdir -p var
+	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' PYTHON=$(PY) .ci/check-services
+	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' \
+	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test \
+	CHAOS_PLANS=300 CHAOS_SEED='$(CHAOS_SEED)' CHAOS_FIGURES=var/chaos-figures.json \
+	$(PY) -m pytest -q tests/e2e/test_chaos.py
+	$(PY) bench/reliability.py var/chaos-figures.json docs/reliability.md
+
+soak: venv
+	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' PYTHON=$(PY) .ci/check-services
+	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' \
+	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test COUNTERSIGN_MP_PLANS=1000 \
+	$(PY) -m pytest -q tests/e2e/test_multiprocess.py
 
 # --- translations ------------------------------------------------------------------
 # tests/approvals/test_i18n.py runs makemessages with these same arguments.
@@ -118,6 +134,7 @@ screenshots: venv
 lint: venv
 	$(RUFF) check .
 	$(RUFF) format --check .
+	$(VENV)/bin/lint-imports
 
 fmt: venv
 	$(RUFF) check --fix .

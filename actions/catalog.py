@@ -13,9 +13,11 @@ from django.db import transaction
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from actions.lib.audit import audit_record
+
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .lib.http import FORM_CONTENT_TYPE
-from .models import Action, Connector
+from .models import Action, ActionVersion, Connector
 from .rules import rule_operator
 from .spec import pattern_problem
 
@@ -584,10 +586,6 @@ def action_define(
     Returns the action and ``"created"``, ``"updated"`` or ``"unchanged"``. A changed
     definition gets the next version number; every version is kept with who made it.
     """
-    from actions.lib.audit import audit_record
-
-    from .models import ActionVersion
-
     definition = normalize(definition)
     new_digest = digest(definition)
     connector = Connector.objects.get(name=definition["connector"])
@@ -657,8 +655,6 @@ def action_define(
 
 def action_confirm_class(*, name: str, actor: str) -> Action:
     """A person confirms an action's consequence class (imported actions need this)."""
-    from actions.lib.audit import audit_record
-
     with transaction.atomic():
         action = Action.objects.select_for_update().get(name=name)
         if not action.class_confirmed:

@@ -6,10 +6,13 @@ import uuid
 from functools import cached_property
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .cache import cached, fresh
+from .lib.canonical import digest
 from .spec import ActionSpec
 
 
@@ -46,10 +49,6 @@ class Connector(models.Model):
 
     def credential(self, role: str) -> Credential | None:
         """The newest usable credential for a role (revoked and expired ones excluded)."""
-        from django.utils import timezone
-
-        from .cache import cached, fresh
-
         # The unrevoked ones, newest first, as of the catalog generation; expiry is a
         # matter of time, so it is checked here, on every call.
         candidates = cached(
@@ -191,15 +190,12 @@ class Action(models.Model):
     def definition_intact(self) -> bool:
         """Is ``definition`` still the one ``digest`` was computed from? Plans bind the
         digest; a row edited in place (not through load_catalog) must not pass for it."""
-        from .lib.canonical import digest
-
         return digest(self.definition) == self.digest
 
 
 def action_by_id(action_id: int) -> Action:
     """An action with its connector, from the catalog cache (actions/cache.py); a copy
     the caller may modify. Raises Action.DoesNotExist."""
-    from .cache import cached, fresh
 
     def load() -> Action | None:
         action = Action.objects.select_related("connector").filter(pk=action_id).first()
@@ -320,8 +316,6 @@ class VaultState(models.Model):
     def is_locked(cls) -> bool:
         """One primary-key read (plain SQL: it runs twice per execution); no row yet
         means never locked. Never cached: the lock must stop the very next send."""
-        from django.db import connection
-
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT locked FROM {cls._meta.db_table} WHERE id = %s", [cls.SINGLETON_ID]

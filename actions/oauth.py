@@ -16,6 +16,7 @@ may echo the client secret back.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import threading
 import time
@@ -183,8 +184,6 @@ def _fetch(credential: Credential, secret: dict[str, Any]) -> tuple[str, float]:
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:
-    import json
-
     try:
         value = json.loads(body.decode("utf-8")) if body else None
     except (UnicodeDecodeError, ValueError):

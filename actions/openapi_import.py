@@ -28,9 +28,12 @@ import yaml
 from django.db import transaction
 from jsonschema import Draft202012Validator
 
+from actions.lib.audit import audit_record
+
 from .catalog import (
     CatalogError,
     CatalogProblem,
+    action_define,
     parse_catalog_text,
     validate_action_definition,
 )
@@ -1731,8 +1734,6 @@ def _import(
             _store(accepted, actor=actor)
         stored_names = {p.name for p in report.proposed if p.stored in ("created", "updated")}
         if not dry_run and (stored_names or report.connector_created):
-            from actions.lib.audit import audit_record
-
             audit_record(
                 kind="openapi.imported",
                 actor=actor,
@@ -1887,8 +1888,6 @@ def _check_drafts(
 
 
 def _store(accepted: list[tuple[_Draft, ProposedAction]], *, actor: str) -> None:
-    from .catalog import action_define
-
     for draft, proposed in accepted:
         _, change = action_define(
             name=draft.name,

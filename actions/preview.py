@@ -8,10 +8,13 @@ computed exactly as it was for the preview.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token
+from actions.lib.redaction import scrub_text
+
+from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, resolve_pointer
 from .lib.exceptions import CountersignError
 from .lib.http import FORM_CONTENT_TYPE, UpstreamError
 from .models import Action
@@ -108,19 +111,6 @@ def diff(before: Any, after: Any, pointer: str = "") -> list[dict[str, Any]]:
     return [{"path": pointer or "/", "op": "replace", "before": before, "after": after}]
 
 
-def resolve_pointer(document: Any, pointer: str) -> Any:
-    current = document
-    for token in pointer.split("/")[1:]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(current, dict) and token in current:
-            current = current[token]
-        elif isinstance(current, list) and token.isdigit() and int(token) < len(current):
-            current = current[int(token)]
-        else:
-            raise KeyError(pointer)
-    return current
-
-
 def set_pointer(document: dict[str, Any], pointer: str, value: Any) -> dict[str, Any]:
     result = copy.deepcopy(document)
     tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
@@ -156,8 +146,6 @@ def read_target(client, spec: ActionSpec, values: dict[str, Any]) -> ReadResult:
     try:
         body = response.json()
     except CanonicalJSONError as exc:
-        from actions.lib.redaction import scrub_text
-
         raise PreviewError(
             "the upstream's representation is not usable JSON: " + scrub_text(exc.message)[0]
         ) from None
@@ -320,6 +308,4 @@ def summary_markdown(
 
 
 def _pretty(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .lib.canonical import resolve_pointer
+
 OPERATORS = ("equals", "in", "not_in", "equals_agent")
 _MISSING = object()
 
 
 def _resolve(document: Any, pointer: str) -> Any:
-    from .preview import resolve_pointer
-
     try:
         return resolve_pointer(document, pointer)
     except KeyError:

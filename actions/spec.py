@@ -11,6 +11,7 @@ evaluated: free text never selects a resource, a method or a host.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import string
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 import re2
+from django.conf import settings
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -168,8 +170,6 @@ class ActionSpec:
     @classmethod
     def from_definition(cls, name: str, d: dict[str, Any]) -> ActionSpec:
         """Build from a definition already validated against the catalog schema."""
-        from django.conf import settings
-
         kind = d["kind"]
         target = d["target"]
         read = None
@@ -357,8 +357,6 @@ def markdown_block(value: Any) -> str:
 
 
 def _json_text(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 

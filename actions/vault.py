@@ -18,7 +18,10 @@ from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
+from django.db import transaction
 from nacl.public import PublicKey, SealedBox
+
+from actions.lib.audit import audit_record
 
 from .lib.actors import SYSTEM
 from .models import Credential
@@ -105,8 +108,6 @@ def oauth_token_url(*, base_url: str, token_url: str) -> str:
     The client secret is sent there, so it must be the connector's own origin (a path
     such as ``/oauth/token`` means that) or an origin an operator listed in
     COUNTERSIGN_OAUTH_TOKEN_ORIGINS. Raises VaultError otherwise."""
-    from django.conf import settings
-
     token_url = (token_url or "").strip()
     if not token_url:
         raise VaultError("an OAuth2 credential needs a token URL")
@@ -170,10 +171,6 @@ def read_secrets_rotate(*, actor: str = SYSTEM) -> int:
     Safe while the system runs: old keys still decrypt until they are removed from
     COUNTERSIGN_FERNET_KEYS, and each row is updated only if it did not change meanwhile.
     Returns how many rows were rewritten."""
-    from django.db import transaction
-
-    from actions.lib.audit import audit_record
-
     count = 0
     for credential in Credential.objects.filter(role=Credential.Role.READ).iterator():
         old = bytes(credential.ciphertext)

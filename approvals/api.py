@@ -13,6 +13,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -36,6 +37,7 @@ from .services import plan_cancel, plan_submit
 from .wakeups import wait_for_change
 
 log = logging.getLogger(__name__)
+
 
 class MalformedBody(CountersignError):
     status = 400
@@ -439,8 +441,6 @@ async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQu
 
 def _read_releasing(agent: Agent, plan_id: uuid.UUID) -> Plan:
     """plan_for_agent, then close this thread's connection (a long wait follows)."""
-    from django.db import connection
-
     try:
         return plan_for_agent(agent, plan_id)
     finally:

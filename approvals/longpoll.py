@@ -30,7 +30,9 @@ from urllib.parse import parse_qsl, urlencode
 from django.conf import settings
 
 from actions.lib.bearer import bearer_token
+from actions.services import agent_authenticate
 
+from .models import Plan
 from .wakeups import db_call, wait_for_change
 
 PLAN_PATH = re.compile(r"^/api/v1/plans/(?P<plan_id>[^/]+)/?$")
@@ -64,10 +66,6 @@ def _bearer(scope) -> str | None:
 
 def _plan_status(token: str, plan_id: uuid.UUID) -> str | None:
     """The status of the token holder's plan, or None (no such agent or plan)."""
-    from actions.services import agent_authenticate
-
-    from .models import Plan
-
     agent = agent_authenticate(token)
     if agent is None:
         return None

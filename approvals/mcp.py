@@ -33,6 +33,7 @@ from django.utils import formats, timezone, translation
 from django.utils.dateparse import parse_datetime
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from ninja.responses import NinjaJSONEncoder
@@ -671,8 +672,6 @@ class _Internal(CountersignError):
 
 async def serve_stdio(token: str) -> None:
     """Serve one client on standard input and output with the agent ``token``."""
-    from mcp.server.stdio import stdio_server
-
     server = build_server(lambda ctx: token, how="set the agent token in the server's environment")
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -12,6 +12,7 @@ import logging
 import time
 from functools import lru_cache
 
+import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
@@ -52,8 +53,6 @@ def parse_rate(value: str) -> tuple[int, int] | None:
 
 @lru_cache(maxsize=4)
 def _redis(url: str):
-    import redis
-
     return redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
 
 

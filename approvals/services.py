@@ -7,6 +7,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.password_validation import validate_password
@@ -40,7 +41,7 @@ from actions.lib.exceptions import (
     UnknownAction,
 )
 from actions.models import Action, Agent, AgentScope
-from actions.preview import compute_preview
+from actions.preview import PreviewError, compute_preview
 from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
@@ -294,8 +295,6 @@ def plan_submit(
             try:
                 canonical_text, hexdigest = fingerprint(document)
             except CanonicalJSONError as exc:
-                from actions.preview import PreviewError
-
                 raise PreviewError(
                     f"the upstream's representation cannot be fingerprinted: {exc.message}"
                 ) from None
@@ -593,8 +592,6 @@ def _creator_would_approve_alone(plan: Plan, reviewer) -> bool:
     approving its irreversible plans (COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE).
     Where two approvers are required the distinct-approver rule already brings in a
     second person, so this bites only when one approval would be enough."""
-    from django.conf import settings
-
     if getattr(settings, "COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE", False):
         return False
     if plan.consequence_class != "irreversible" or plan.agent.created_by_id is None:

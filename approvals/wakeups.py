@@ -30,9 +30,13 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import redis
+import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections, transaction
+
+from .models import Plan, PlanStatus
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +67,6 @@ _publish_down_until = 0.0
 
 @functools.lru_cache(maxsize=4)
 def _sync_redis(url: str):
-    import redis
-
     return redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
 
 
@@ -121,8 +123,6 @@ def db_call(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
 
 def _statuses(ids: list[str]) -> dict[str, str]:
-    from .models import Plan
-
     found: dict[str, str] = {}
     for start in range(0, len(ids), CHECK_CHUNK):
         rows = Plan.objects.filter(id__in=ids[start : start + CHECK_CHUNK]).values_list(
@@ -266,8 +266,6 @@ class Watcher:
     async def _listen(self, url: str) -> bool:
         """Subscribe and dispatch until the connection fails or nobody has waited for a
         while. Returns whether the subscription came up."""
-        import redis.asyncio as aioredis
-
         client = aioredis.Redis.from_url(
             url,
             socket_connect_timeout=1.0,
@@ -370,8 +368,6 @@ async def wait_for_change(
     once *after* registering, so a change that commits before the wait begins is seen
     either by that read or as a message. Returns the status first read.
     """
-    from .models import PlanStatus
-
     plan_key = str(plan_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

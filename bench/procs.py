@@ -1,8 +1,8 @@
 """Process and database helpers shared by the runs that start real processes
-(``bench/chaos.py``, ``bench/run.py``) and by the multi-process test.
+(``bench/run.py``, the screenshots).
 
 The process primitives themselves (``Process``, ``start_worker``, ``start_web`` ...) live
-in ``tests/processes.py`` and are re-exported here; this module adds what a benchmark
+in ``demo/processes.py`` and are re-exported here; this module adds what a benchmark
 needs on top: a scratch PostgreSQL database, the demo upstream as its own process, a
 stack that stops everything it started, and readings from ``/proc`` of the process trees
 we started (resident memory, CPU time, threads).
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.processes import (  # noqa: E402,F401  (re-exported)
+from demo.processes import (  # noqa: E402,F401  (re-exported)
     Process,
     base_env,
     database_url,

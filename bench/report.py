@@ -474,7 +474,7 @@ at a time (`--concurrency=1`); the ratio is against one worker.
 
 The queue page, a plan page and `GET /api/v1/plans/{{id}}` with {b4["small"]["plans"]:,}
 plans in the database, then with {b4["large"]["plans"]:,} (settled history seeded in bulk
-by `bench/seed.py` with COPY, {b4.get("seeded_events_per_plan", 2)} audit event(s) per plan,
+by `demo/history.py` with COPY, {b4.get("seeded_events_per_plan", 2)} audit event(s) per plan,
 in {fmt(b4["large"].get("seed_seconds", float("nan")), 0)} s, then `VACUUM ANALYZE`, a
 checkpoint and a wait for autovacuum to finish). The queue holds the same
 {sizes["b4_queue"]} awaiting plans both times. Query counts are taken in the bench process
@@ -650,7 +650,7 @@ after is at the end of the run.
 def _wrapped(text: str) -> str:
     """Prose re-wrapped to 88 columns (the substitutions leave ragged lines); tables,
     headings, code, images and quotes as they are."""
-    from bench.chaos import _rewrap
+    from bench.reliability import rewrap as _rewrap
 
     blocks, code = [], False
     for block in text.split("\n\n"):

@@ -586,10 +586,10 @@ def b3_throughput(d: Deployment, sizes: Sizes) -> dict:
 
 
 def _seed(total: int, events_per_plan: int) -> int:
-    """Bring the plan table to ``total`` rows of settled history (bench/seed.py: COPY);
+    """Bring the plan table to ``total`` rows of settled history (demo/history.py: COPY);
     returns the rows added."""
     from approvals.models import Plan
-    from bench.seed import seed_plans
+    from demo.history import seed_plans
 
     have = Plan.objects.count()
     if total <= have:
@@ -913,7 +913,7 @@ def main(argv: list[str] | None = None) -> int:
         "--seed-events",
         type=int,
         default=0,
-        help="audit events per seeded plan in B4 (bench/seed.py). The pages B4 measures "
+        help="audit events per seeded plan in B4 (demo/history.py). The pages B4 measures "
         "read a plan's events by index, so the default 0 keeps seeding fast; 2 is closer "
         "to real history and about three times as slow to seed",
     )

@@ -151,8 +151,8 @@ def main() -> None:
     django.setup()
     from django.db import connections
 
+    from demo.processes import start_web
     from demo.upstream import DemoUpstream
-    from tests.processes import start_web
 
     upstream = DemoUpstream().start()
     web = None

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from celery import Celery, bootsteps
 from celery.signals import import_modules, task_postrun, task_prerun, worker_init
+from django.conf import settings
+from django.db import close_old_connections, connection
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -27,8 +29,6 @@ def _close_old_connections(**kwargs) -> None:
     task = kwargs.get("task")
     if task is not None and getattr(task.request, "is_eager", False):
         return
-    from django.db import close_old_connections
-
     close_old_connections()
 
 
@@ -59,8 +59,6 @@ class Heartbeat(bootsteps.StartStopStep):
         self.tref = None
 
     def start(self, worker) -> None:
-        from django.conf import settings
-
         self.name = f"worker:{worker.hostname}"
         self._beat(started=True)
         self.tref = worker.timer.call_repeatedly(
@@ -73,10 +71,13 @@ class Heartbeat(bootsteps.StartStopStep):
             self.tref = None
 
     def _beat(self, started: bool = False) -> None:
-        from django.db import connection
-
-        from approvals.heartbeats import heartbeat_record, heartbeat_started
-        from approvals.models import Heartbeat as Row
+        # This module is imported with the settings (config/__init__.py), before
+        # Django's apps are loaded: the models can only be imported once it runs.
+        from approvals.heartbeats import (  # noqa: PLC0415
+            heartbeat_record,
+            heartbeat_started,
+        )
+        from approvals.models import Heartbeat as Row  # noqa: PLC0415
 
         try:
             record = heartbeat_started if started else heartbeat_record

@@ -20,6 +20,7 @@ import secrets
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -100,8 +101,6 @@ def _required_or_generated(name: str, filename: str, make) -> str:
 
 
 def _fernet_key() -> str:
-    from cryptography.fernet import Fernet
-
     return Fernet.generate_key().decode()
 
 

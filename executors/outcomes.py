@@ -8,7 +8,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from actions.preview import resolve_pointer
+from actions.lib.canonical import resolve_pointer
 from approvals.models import PlanStatus
 
 

@@ -20,9 +20,10 @@ from actions.clients import credential_auth, read_client
 from actions.lib import dispatch
 from actions.lib.actors import EXECUTOR
 from actions.lib.audit import audit_record
+from actions.lib.canonical import resolve_pointer
 from actions.lib.http import UpstreamError, WriteClient
 from actions.models import Credential
-from actions.preview import PreviewError, read_target, resolve_pointer
+from actions.preview import PreviewError, read_target
 from actions.rules import rule_holds
 from actions.vault import VaultError
 from approvals.lifecycle import plan_transition

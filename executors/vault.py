@@ -17,6 +17,7 @@ from nacl.exceptions import CryptoError
 from nacl.public import PrivateKey, PublicKey, SealedBox
 
 from actions.lib.actors import SYSTEM
+from actions.lib.audit import audit_record
 from actions.models import Credential
 from actions.vault import VaultError, unwrap
 
@@ -78,8 +79,6 @@ def write_secrets_reseal(
     ciphertext did not change meanwhile, so it runs while the system is live; rows
     already sealed to the new key are skipped (they do not open with an old key).
     Returns how many rows were re-sealed."""
-    from actions.lib.audit import audit_record
-
     count = 0
     for credential in Credential.objects.filter(role=Credential.Role.WRITE).iterator():
         try:

@@ -220,7 +220,7 @@ def live_env(django_db_setup, django_db_blocker, worker_keys):
     """Environment for subprocesses: the test database, Redis, a queue of our own."""
     from django.db import connection
 
-    from tests.processes import base_env, database_url
+    from demo.processes import base_env, database_url
 
     queue = django_settings.CELERY_TASK_DEFAULT_QUEUE
     return base_env(
@@ -239,7 +239,7 @@ def live_logs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def live_web(live_env, live_logs):
     """A real uvicorn serving the app. It has no private key: it cannot open write secrets."""
-    from tests.processes import start_web
+    from demo.processes import start_web
 
     proc, url = start_web(live_env, live_logs)
     yield url
@@ -250,7 +250,7 @@ def live_web(live_env, live_logs):
 def live_worker(live_env, live_logs, worker_keys):
     """A real Celery worker process, the only holder of the private key."""
     from config.celery import app
-    from tests.processes import start_worker
+    from demo.processes import start_worker
 
     # Messages left by an earlier, interrupted run name plans that no longer exist;
     # they would be harmless, but a clean queue keeps the logs readable.

@@ -104,3 +104,16 @@ def sha256_hex(data: bytes) -> str:
 
 def digest(value: Any) -> str:
     return sha256_hex(canonical_bytes(value))
+
+
+def resolve_pointer(document: Any, pointer: str) -> Any:
+    current = document
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(current, dict) and token in current:
+            current = current[token]
+        elif isinstance(current, list) and token.isdigit() and int(token) < len(current):
+            current = current[int(token)]
+        else:
+            raise KeyError(pointer)
+    return current

@@ -20,6 +20,7 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 from django.conf import settings
 
+from .canonical import loads_strict
 from .redaction import remember_secrets, scrub_bytes, scrub_text, scrub_value
 
 # A form-encoded body (its pairs are built by the preview; the client only encodes them).
@@ -57,8 +58,6 @@ class UpstreamResponse:
     def json(self) -> Any:
         """The body parsed strictly, with every credential in its strings and keys
         replaced (a server may escape one so that only parsing reveals it)."""
-        from .canonical import loads_strict
-
         if self._json is None and self.body:
             value, echoed = scrub_value(loads_strict(self.body))
             self.secret_echoed = self.secret_echoed or echoed

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.urls import Resolver404, resolve
 
-from tests.processes import ROOT
+from demo.processes import ROOT
 
 PATH = "/bench/baseline/plans"
 

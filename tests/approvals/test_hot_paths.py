@@ -13,7 +13,7 @@ from actions.models import Agent
 from actions.services import agent_revoke
 from approvals.models import Plan, PlanStatus
 from approvals.services import approval_record
-from bench.seed import seed_plans
+from demo.history import seed_plans
 from executors.services import execution_run
 
 # Queries each path may take once this process has the catalog lookups in memory

@@ -20,7 +20,7 @@ from django.db import connection, connections
 from approvals import wakeups
 from approvals.models import Plan, PlanStatus
 from approvals.services import plan_cancel
-from tests.processes import ROOT, base_env, database_url, free_port
+from demo.processes import ROOT, base_env, database_url, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

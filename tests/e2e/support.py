@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from clients.countersign_client import SETTLED  # statuses the worker leaves alone
-from tests.processes import Process
+from demo.processes import Process
 
 NEW_EMAIL = "ada@new.example"
 OLD_EMAIL = "ada@example.test"  # the demo upstream's seed for c-1001

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def second_worker(live, live_env, worker_keys, tmp_path):
     """Another worker process, with two pool processes, on the same queue."""
-    from tests.processes import start_worker
+    from demo.processes import start_worker
 
     env = {**live_env, "COUNTERSIGN_WORKER_KEY_FILE": worker_keys["private_file"]}
     proc = start_worker(env, tmp_path, name="worker2", concurrency=2)

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 def private(live, live_env, worker_keys, tmp_path):
     """Workers on a queue of this test's own, so it may kill them (the session's worker
     never sees these messages); the sweeper, where one runs, sweeps every second."""
-    from tests.processes import start_worker
+    from demo.processes import start_worker
 
     queue = f"{live_env['COUNTERSIGN_QUEUE']}-faults-{uuid.uuid4().hex[:8]}"
     env = {

@@ -12,8 +12,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from demo.processes import ROOT
 from tests.e2e.conftest import agent_api, rita  # noqa: F401  (fixtures)
-from tests.processes import ROOT
 
 
 @asynccontextmanager

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from clients.countersign_client import SETTLED, Countersign, CountersignProblem, Plan
+from demo.processes import ROOT
 from tests.e2e.support import NEW_EMAIL
-from tests.processes import ROOT
 
 EMAIL = {"contact_id": "c-1001", "email": NEW_EMAIL}
 

@@ -11,6 +11,7 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
 from approvals.models import Plan
+from demo.processes import ROOT
 from tests.e2e.support import NEW_EMAIL
 from tests.mcp.scripted import (
     ScriptedAgentsModel,
@@ -20,7 +21,6 @@ from tests.mcp.scripted import (
     say,
     tool_call,
 )
-from tests.processes import ROOT
 
 pytestmark = pytest.mark.e2e
 

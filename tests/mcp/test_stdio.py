@@ -13,9 +13,9 @@ from mcp import Client
 from actions.models import Agent
 from approvals.mcp import UNAUTHENTICATED
 from approvals.models import Plan
+from demo.processes import ROOT
 from tests.e2e.support import NEW_EMAIL, SETTLED
 from tests.mcp.conftest import mcp_error, stdio_params, tool_input
-from tests.processes import ROOT
 
 pytestmark = pytest.mark.e2e
 

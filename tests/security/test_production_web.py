@@ -24,8 +24,8 @@ from django.db import connection
 
 from actions.models import Connector, Credential
 from actions.services import credential_set
+from demo.processes import database_url
 from tests.conftest import OAUTH_CLIENT_ID, OAUTH_CLIENT_SECRET, READ_TOKEN
-from tests.processes import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,6 +16,8 @@ import sys
 import anyio
 from django.core.management.base import BaseCommand, CommandError
 
+from actions.services import agent_authenticate
+
 DEFAULT_TOKEN_ENV = "COUNTERSIGN_AGENT_TOKEN"
 
 
@@ -34,8 +36,8 @@ class Command(BaseCommand):
         if not token:
             raise CommandError(f"set the agent token in the environment variable {token_env}")
 
-        from actions.services import agent_authenticate
-        from approvals.mcp import serve_stdio  # the MCP SDK takes a while to import
+        # Only this command needs the MCP SDK, which takes a while to import.
+        from approvals.mcp import serve_stdio  # noqa: PLC0415
 
         if agent_authenticate(token) is None:
             # Serve anyway: the client then gets the precise refusal on every request,

@@ -1,7 +1,9 @@
-"""Real processes for end-to-end tests: the ASGI web server and Celery workers.
+"""Countersign's own processes on this machine: the ASGI web server and Celery workers,
+started as a deployment starts them, for the end-to-end tests, the benchmarks and the
+screenshots (which import this module; the product never does).
 
-They run against the test database pytest-django created and the Redis broker, with
-the same settings module as production code. Only the worker is given the private key.
+They run against a database and a broker given in their environment, with the same
+settings module as production code. Only a worker is given the private key.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Chaos run: approved plans executed while workers are SIGKILLed and Redis restarts.
 
-Issue 5 asks for proof that execution stays trustworthy when processes die at random:
-at most one upstream effect per plan, every plan ends in a terminal state (an ``unknown``
+The proof that execution stays trustworthy when processes die at random: at most one
+upstream effect per plan, every plan ends in a terminal state (an ``unknown``
 outcome is settled by reconciliation, with no help from outside), and no approval is
 lost.
 
@@ -51,52 +51,34 @@ write to its contact's path; a reminder carries a message unique to its plan, an
 more than once (retries and reconciliation repeat it with the same key); its *effect*
 is counted from the upstream's state (reminders created with that message).
 
-Run outside pytest with ``make chaos`` (needs ``DATABASE_URL`` pointing at a PostgreSQL
-server; a scratch database is created and dropped). The figures go to
-``docs/reliability.md``.
+The suite runs a small version of it (``tests/e2e/test_chaos.py``); ``make chaos`` runs
+the full one through the same test (``CHAOS_PLANS=300``) and has ``bench/reliability.py``
+write its figures to ``docs/reliability.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import math
 import os
 import random
 import re
-import shutil
 import signal
 import socket
-import sys
-import tempfile
-import textwrap
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.procs import (  # noqa: E402
-    Process,
-    drop_database,
-    free_port,
-    scratch_database,
-    start_worker,
-    wait_ready,
-)
+from approvals.models import PlanStatus
+from demo.processes import Process, free_port, start_worker, wait_ready
 
 log = logging.getLogger("chaos")
 
 QUEUE = "countersign-chaos"
 CONTACT_BASE = 5000
-IN_FLIGHT = {"awaiting_approval", "approved", "executing"}
-TERMINAL = {"completed", "stale", "rejected", "refused", "already_in_desired_state"}
 # After the Redis restart, no kill until the survivors reconnect by themselves, at most this
 # long (kombu retries after 2, then 4, 6, 8 s...).
 REDIS_RECONNECT = 15.0
@@ -450,7 +432,7 @@ def _unsettled(result: ChaosResult) -> dict[str, dict[str, Any]]:
     cases = {c.plan_id: c for c in result.cases}
     found = {}
     for plan_id, status in result.final_statuses.items():
-        if status in TERMINAL:
+        if status in PlanStatus.terminal():
             continue
         attempt = Attempt.objects.filter(plan_id=plan_id).first()
         found[plan_id] = {
@@ -619,7 +601,7 @@ def _chaos(result: ChaosResult, *, upstream, reviewer, redis, workers: Workers, 
                 next_sample = now + 1.0
             if chaos_over:
                 statuses = _statuses(plan_ids).values()
-                busy = sum(1 for s in statuses if s in IN_FLIGHT)
+                busy = sum(1 for s in statuses if s in PlanStatus.in_flight())
                 unknown = sum(1 for s in statuses if s == "unknown")
                 if busy == 0 and unknown == 0:
                     break
@@ -735,7 +717,9 @@ def figures(result: ChaosResult, upstream) -> dict[str, Any]:
             plan_id__in=plan_ids, kind="reconcile.settled"
         ).count(),
         "reconcile_kills": result.reconcile_kills,
-        "not_terminal": sum(1 for s in result.final_statuses.values() if s not in TERMINAL),
+        "not_terminal": sum(
+            1 for s in result.final_statuses.values() if s not in PlanStatus.terminal()
+        ),
         "recovered_by_sweeper": events["execution.recovered"],
         "max_write_requests_per_plan": max((len(writes[p]) for p in plan_ids), default=0),
         "max_write_requests_unkeyed": max(
@@ -748,250 +732,3 @@ def figures(result: ChaosResult, upstream) -> dict[str, Any]:
         "unsettled": result.unsettled,
         "seconds": {k: round(v, 1) for k, v in result.timings.items()},
     }
-
-
-def _rewrap(text: str, width: int = 88) -> str:
-    """Wrap paragraphs and list items (tables and headings stay as they are)."""
-    blocks = []
-    for block in text.split("\n\n"):
-        if block.startswith(("|", "#")):
-            blocks.append(block)
-            continue
-        items: list[list[str]] = []
-        for line in block.splitlines():
-            if line.startswith("- ") or not items:
-                items.append([line.strip()])
-            else:
-                items[-1].append(line.strip())
-        blocks.append(
-            "\n".join(
-                textwrap.fill(
-                    " ".join(words), width, subsequent_indent="  " * words[0].startswith("- ")
-                )
-                for words in items
-            )
-        )
-    return "\n\n".join(blocks)
-
-
-def markdown(fig: dict[str, Any], config: ChaosConfig, *, when: str, command: str) -> str:
-    def states(counts: dict[str, int]) -> str:
-        return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-
-    kills = ", ".join(f"{t:.1f} s ({name})" for t, name in fig["kill_times"])
-    redis_at = ", ".join(f"{t:.1f} s" for t in fig["redis_restart_times"])
-    reconnected = fig["reconnected_after_redis_restart"]
-    survivors = ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in reconnected.items())
-    lost = sum(fig["final"].get(s, 0) for s in IN_FLIGHT)
-    secs = fig["seconds"]
-    rows = [
-        ("plans approved", fig["plans"]),
-        ("worker kills (SIGKILL of the process group)", f"{fig['kills']} at {kills}"),
-        ("Redis restarts (nothing persisted)", f"{fig['redis_restarts']} at {redis_at}"),
-        ("workers alive across the Redis restart that reconnected", survivors or "none"),
-        (
-            "workers that exited on their own, restarted as a supervisor would",
-            ", ".join(f"{name} at {t:.1f} s" for t, name in fig.get("crashes", [])) or "none",
-        ),
-        ("wake-ups that failed to publish (Redis down)", fig["publish_failures"]),
-        ("execution tasks that found their plan already taken", fig["duplicate_wakeups"]),
-        ("executions recovered by the sweeper (nothing sent)", fig["recovered_by_sweeper"]),
-        (
-            "plans that went `unknown` (of which: worker killed after sending)",
-            f"{fig['went_unknown']} ({fig['unknown_after_kill']})",
-        ),
-        ("… settled by the workers' reconcile task", fig["settled_by_reconcile_task"]),
-        (
-            "every consuming worker killed right after a plan went `unknown`, before its "
-            "reconciliation ran",
-            ", ".join(f"{t:.1f} s ({', '.join(names)})" for t, _, names in fig["reconcile_kills"])
-            or "none",
-        ),
-        ("**final states**", f"**{states(fig['final'])}**"),
-        ("**plans left not terminal after the run**", f"**{fig['not_terminal']}**"),
-        ("**approvals lost** (still approved or executing)", f"**{lost}**"),
-        (
-            "**max write requests per plan, unkeyed writes**",
-            f"**{fig['max_write_requests_unkeyed']}**",
-        ),
-        ("max write requests per keyed call (same key)", fig["max_write_requests_per_plan"]),
-        ("keyed re-sends in all (same key)", fig["keyed_resends"]),
-        ("**max effects per plan** (upstream state)", f"**{fig['max_effects_per_plan']}**"),
-        ("writes not attributable to a plan", fig["unattributed_writes"]),
-        ("stopped by the deadline", "yes" if fig["timed_out"] else "no"),
-        (
-            "seconds: setup / chaos and settling / total",
-            f"{secs.get('prepare', 0)} / {secs.get('run', 0)} / {secs.get('total', 0)}",
-        ),
-    ]
-    table = "\n".join(f"| {label} | {value} |" for label, value in rows)
-    n = config.reconcile_kills
-    reconcile_kills = "Once" if n == 1 else f"{n} times"
-    return _rewrap(f"""# Reliability: the chaos run
-
-Issue 5 asks that execution stay trustworthy when processes die at random. This page
-holds the figures of the chaos run: {fig["plans"]} approved plans executed by
-{fig["workers"]} Celery workers (concurrency {fig["concurrency"]}) while workers are
-killed with SIGKILL and restarted and the Redis broker restarts with nothing persisted.
-The scenario is `bench/chaos.py`; the same scenario runs in the test suite
-(`tests/e2e/test_chaos.py`, which makes its own checks, independent of this page).
-
-Regenerate with `{command}` (needs `DATABASE_URL` pointing at PostgreSQL; a scratch
-database is created and dropped). These figures: {when}, seed `{fig["seed"]}`
-(`.venv/bin/python bench/chaos.py --seed {fig["seed"]}` replays the same timeline; the
-machine's timing still differs).
-
-## The scenario
-
-- A private `redis-server --save "" --appendonly no` on a free loopback port; the demo
-  upstream in-process; {fig["workers"]} workers, the first embedding the beat that runs
-  the sweeper every {config.sweep_seconds:g} s (requeue after
-  {config.requeue_after_seconds:g} s, execution lease {config.lease_seconds:g} s).
-  Nothing is repaired by hand: the sweeper republishes lost wake-ups and overdue
-  reconciliations and settles executions whose worker died; the workers' reconcile task
-  settles `unknown` outcomes.
-- {fig["contact_updates"]} `update_contact_email` plans, one contact each (created
-  upstream first), {fig["changed_upstream"]} of those contacts edited upstream after the
-  preview (they must end `stale` with nothing written); {fig["reminders"]}
-  `send_reminder` calls (`invoke`; the upstream honours `Idempotency-Key`). Approvals
-  arrive in batches over the first {config.approve_seconds:g} s.
-- Faults: while the chaos lasts, about four upstream writes a second answer
-  {config.delay:g} s late (so kills land between "sending" and "answered");
-  {config.applied_503s} writes answer 503 *after* applying the change.
-- Chaos: {config.kills[0]}–{config.kills[1]} SIGKILLs, due at random moments in the
-  first {config.chaos_seconds:g} s, each of the whole process group (pool and beat
-  included) of a worker that is consuming, preferably while a plan executes; each
-  restarted after 0.3–1.5 s. One SIGKILL of Redis (everything queued or unacknowledged
-  is lost) while approvals go on, restarted after 0.5–1.5 s; no worker is killed after
-  it until those that were consuming have reconnected on their own (waiting at most
-  {REDIS_RECONNECT:g} s).
-- {reconcile_kills}, right after a plan goes `unknown`, every
-  consuming worker is killed before that plan's reconciliation (due 2 s later) has run:
-  its message dies unacknowledged with the worker, and only the sweeper, finding the
-  look overdue in the database, brings it back.
-- When nothing is approved, executing or `unknown` any more, the workers stop. Nothing is
-  reconciled by hand; a plan not terminal by then counts as a failure below.
-
-## Figures
-
-| | |
-| --- | --- |
-{table}
-
-How writes are counted: an unkeyed write (a conditional `PATCH` of a contact) is never
-re-sent, so its requests are its effects. A keyed call may reach the upstream more than
-once, always with the attempt's `Idempotency-Key` (re-sent after a 5xx or a lost answer,
-or repeated by reconciliation to learn the outcome); the upstream answers a repeat from
-its record, so its effects are counted from the upstream's state (reminders created
-with the plan's unique message).
-""")
-
-
-# --- standalone -------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--plans", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--output", default=str(ROOT / "docs" / "reliability.md"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
-
-    base_url = os.environ.get("DATABASE_URL", "")
-    if not base_url.startswith(("postgres://", "postgresql://")):
-        raise SystemExit("make chaos needs DATABASE_URL=postgres://…")
-    scratch_url, scratch_name = scratch_database(base_url, "chaos")
-    os.environ["DATABASE_URL"] = scratch_url
-    os.environ["COUNTERSIGN_ENV"] = "test"
-    os.environ["COUNTERSIGN_DB_CONN_MAX_AGE"] = "0"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    upstream = None
-    try:
-        import django
-
-        django.setup()
-        from django.conf import settings
-        from django.contrib.auth import get_user_model
-        from django.contrib.auth.models import Permission
-        from django.core.management import call_command
-        from django.db import connection
-
-        from actions.catalog import load_catalog
-        from actions.models import Connector, Credential
-        from actions.services import agent_create, credential_set
-        from demo.upstream import DemoUpstream
-        from executors.vault import generate_keypair
-        from tests.processes import base_env, database_url
-
-        call_command("migrate", verbosity=0)
-        work = Path(tempfile.mkdtemp(prefix="countersign-chaos-"))
-        private, public = generate_keypair()
-        key_file = work / "worker.key"
-        key_file.write_text(private)
-        key_file.chmod(0o600)
-        settings.COUNTERSIGN_WORKER_PUBLIC_KEY = public
-        settings.COUNTERSIGN_WORKER_KEY_FILE = str(key_file)
-
-        upstream = DemoUpstream(
-            read_token="chaos-read-" + os.urandom(8).hex(),
-            write_token="chaos-write-" + os.urandom(8).hex(),
-        ).start()
-        catalog = (ROOT / "demo" / "catalog.yaml").read_text()
-        load_catalog(catalog, base_urls={"demo": upstream.url})
-        connector = Connector.objects.get(name="demo")
-        credential_set(
-            connector=connector, role=Credential.Role.READ, secret={"token": upstream.read_token}
-        )
-        credential_set(
-            connector=connector, role=Credential.Role.WRITE, secret={"token": upstream.write_token}
-        )
-        agent, _ = agent_create(
-            name="chaos-agent",
-            action_names=["update_contact_email", "send_reminder"],
-            active=True,
-        )
-        reviewer = get_user_model().objects.create_user(username="chaos-reviewer", password=None)
-        reviewer.user_permissions.add(Permission.objects.get(codename="review_plan"))
-        reviewer = get_user_model().objects.get(pk=reviewer.pk)
-
-        env = base_env(database_url(connection.settings_dict), "", QUEUE, public)
-        env["COUNTERSIGN_WORKER_KEY_FILE"] = str(key_file)
-        config = ChaosConfig(plans=args.plans, seed=args.seed)
-        config.reminders = min(config.reminders, args.plans // 5)
-        config.stale = min(config.stale, (args.plans - config.reminders) // 10)
-        print(f"chaos: {config.plans} plans, logs in {work}", flush=True)
-        result = run_chaos(
-            upstream=upstream, agent=agent, reviewer=reviewer, env=env, log_dir=work, config=config
-        )
-        for t, counts in result.progress:
-            print(f"  {t:5.1f}s {counts}")
-        fig = figures(result, upstream)
-        for key, value in fig.items():
-            print(f"  {key}: {value}")
-        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        Path(args.output).write_text(markdown(fig, config, when=when, command="make chaos"))
-        print(f"chaos: figures written to {args.output}")
-        ok = (
-            fig["max_effects_per_plan"] <= 1
-            and fig["max_write_requests_unkeyed"] <= 1
-            and set(fig["final"]) <= TERMINAL
-            and not result.timed_out
-        )
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"chaos: FAILED; logs kept in {work}")
-        return 0 if ok else 1
-    finally:
-        if upstream is not None:
-            upstream.stop()
-        with contextlib.suppress(Exception):
-            from django.db import connections
-
-            connections.close_all()
-        drop_database(base_url, scratch_name)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

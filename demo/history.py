@@ -1,12 +1,13 @@
-"""Bulk history for scale measurements: N settled plans and their audit events, fast.
+"""A made-up plan history of any size: N settled plans and their audit events, fast.
 
-Used by ``bench/run.py`` (B4: 1 thousand vs 1 million plans) and for EXPLAIN checks of
-the queue, plan page, audit log, dashboard and sweeper queries (docs/reliability.md).
+Used by ``bench/run.py`` (B4: 1 thousand vs 1 million plans), by the query-count tests
+(tests/approvals/test_hot_paths.py) and for EXPLAIN checks of the queue, plan page,
+audit log, dashboard and sweeper queries (docs/scaling.md).
 
-    from bench.seed import seed_plans
+    from demo.history import seed_plans
     seed_plans(1_000_000)                 # inside a configured Django process
 
-    DATABASE_URL=postgres://… .venv/bin/python bench/seed.py 200000 --analyze
+    DATABASE_URL=postgres://… .venv/bin/python demo/history.py 200000 --analyze
 
 What it writes (PostgreSQL: ``COPY``; other databases: ``bulk_create``):
 
