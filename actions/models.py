@@ -84,7 +84,7 @@ class Credential(models.Model):
         BASIC = "basic", "HTTP basic"
         # The secret is a client id and secret; the process that presents the credential
         # (worker for write, reader for read) exchanges it at ``token_url`` for a
-        # short-lived access token, kept in that process's memory only (executors/oauth.py).
+        # short-lived access token, kept in that process's memory only (actions/oauth.py).
         OAUTH2 = "oauth2", "OAuth2 client credentials"
 
     class ClientAuth(models.TextChoices):

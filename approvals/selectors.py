@@ -1,16 +1,23 @@
-"""Reads an agent is allowed to make. The JSON API and the MCP server both use these, so
-an agent sees the same actions and the same plans through either door."""
+"""Reads: what an agent may see (the JSON API and the MCP server both use these, so an
+agent sees the same actions and plans through either door), and the queries behind the
+reviewers' pages (the queue, a plan, the audit log, the dashboard)."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 
+from actions.lib.actors import agent_actor
 from actions.lib.exceptions import NotFound
+from actions.lib.models import AuditEvent
 from actions.models import Action, Agent
 
-from .models import Plan
+from .models import Approval, Attempt, Plan, PlanStatus
 
 
 def actions_for_agent(agent: Agent) -> QuerySet[Action]:
@@ -24,3 +31,201 @@ def plan_for_agent(agent: Agent, plan_id: uuid.UUID | str) -> Plan:
     if plan is None:
         raise NotFound("no such plan for this agent")
     return plan
+
+
+# --- the review queue ---------------------------------------------------------------------
+
+QUEUE_PAGE_SIZE = 25
+# Sort name -> the keyset: (column, descending). Ties broken by id in the same direction.
+QUEUE_SORTS = {"newest": ("created_at", True), "urgent": ("expires_at", False)}
+EXPIRING_SOON = timedelta(minutes=10)
+
+
+def queue_filters(params) -> dict[str, str]:
+    sort = params.get("sort", "newest")
+    return {
+        "status": params.get("status", PlanStatus.AWAITING_APPROVAL),
+        "cls": params.get("cls", ""),
+        "agent": params.get("agent", ""),
+        "action": params.get("action", ""),
+        "q": params.get("q", "").strip()[:200],
+        "sort": sort if sort in QUEUE_SORTS else "newest",
+    }
+
+
+def _cursor_encode(value: datetime, plan_id) -> str:
+    return f"{value.isoformat()}~{plan_id}"
+
+
+def _cursor_decode(raw: str) -> tuple[datetime, str] | None:
+    try:
+        stamp, plan_id = raw.split("~", 1)
+        return datetime.fromisoformat(stamp), str(uuid.UUID(plan_id))
+    except ValueError:
+        return None
+
+
+def queue_page(filters: dict[str, str], after: str, size: int) -> tuple[list[Plan], str]:
+    """One page of the queue, keyset-paginated on (sort column, id): stable while plans
+    arrive or leave, unlike OFFSET. Returns the plans and the cursor of the next page."""
+    # A correlated count, not a JOIN + GROUP BY: it runs for the page's rows only, so the
+    # "all" view of a long history reads one index range instead of every plan.
+    given = (
+        Approval.objects.filter(plan=OuterRef("pk"), decision=Approval.Decision.APPROVE)
+        .order_by()
+        .values("plan")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    plans = Plan.objects.select_related("action", "agent").annotate(
+        approvals_given=Coalesce(Subquery(given), 0)
+    )
+    if filters["status"] != "any":
+        plans = plans.filter(status=filters["status"])
+    if filters["cls"]:
+        plans = plans.filter(consequence_class=filters["cls"])
+    if filters["agent"]:
+        plans = plans.filter(agent__name=filters["agent"])
+    if filters["action"]:
+        plans = plans.filter(action__name=filters["action"])
+    if filters["q"]:
+        plans = plans.filter(
+            Q(target__path__icontains=filters["q"]) | Q(action__title__icontains=filters["q"])
+        )
+    column, descending = QUEUE_SORTS[filters["sort"]]
+    cursor = _cursor_decode(after) if after else None
+    if cursor is not None:
+        value, plan_id = cursor
+        op = "lt" if descending else "gt"
+        plans = plans.filter(
+            Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": plan_id})
+        )
+    sign = "-" if descending else ""
+    rows = list(plans.order_by(f"{sign}{column}", f"{sign}id")[: size + 1])
+    next_cursor = ""
+    if len(rows) > size:
+        rows = rows[:size]
+        last = rows[-1]
+        next_cursor = _cursor_encode(getattr(last, column), last.id)
+    now = timezone.now()
+    for plan in rows:
+        plan.approvals_needed = max(0, plan.required_approvals - plan.approvals_given)
+        plan.expired_now = plan.expires_at <= now
+        plan.expiring_soon = (
+            plan.status == PlanStatus.AWAITING_APPROVAL and plan.expires_at - now < EXPIRING_SOON
+        )
+    return rows, next_cursor
+
+
+def queue_page_size(raw: str | None) -> int:
+    try:
+        return min(100, max(1, int(raw or QUEUE_PAGE_SIZE)))
+    except ValueError:
+        return QUEUE_PAGE_SIZE
+
+
+# --- a plan -------------------------------------------------------------------------------
+
+
+def plan_for_review(plan_id) -> Plan:
+    """A plan with what its page shows of the action, agent and connector."""
+    plan = (
+        Plan.objects.select_related("action", "agent", "action__connector")
+        .filter(id=plan_id)
+        .first()
+    )
+    if plan is None:
+        raise NotFound("no such plan")
+    return plan
+
+
+def plan_attempt(plan: Plan) -> Attempt | None:
+    return Attempt.objects.filter(plan=plan).first()
+
+
+def plan_newest_revision(plan: Plan) -> Plan | None:
+    """The newest plan a reviewer made from this one (preview again, or an edit)."""
+    return plan.revisions.order_by("-created_at", "-id").first()
+
+
+# --- the audit log ------------------------------------------------------------------------
+
+
+def _parse_when(raw: str) -> datetime | None:
+    """A datetime-local value (or ISO 8601); naive means the site's time zone."""
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    return value
+
+
+def audit_events(params) -> tuple[dict[str, str], QuerySet[AuditEvent]]:
+    """The audit log's filters from the query string, and the events they select."""
+    filters = {
+        name: params.get(name, "").strip()[:200]
+        for name in ("plan", "agent", "actor", "kind", "since", "until")
+    }
+    events = AuditEvent.objects.all()
+    if filters["plan"]:
+        try:
+            events = events.filter(plan_id=uuid.UUID(filters["plan"]))
+        except ValueError:
+            events = events.none()
+    if filters["agent"]:
+        # What the agent did, and what happened to its plans.
+        events = events.filter(
+            Q(actor=agent_actor(Agent(name=filters["agent"])))
+            | Q(plan__agent__name=filters["agent"])
+        )
+    if filters["actor"]:
+        events = events.filter(actor=filters["actor"])
+    if filters["kind"]:
+        events = events.filter(kind=filters["kind"])
+    for name, lookup in (("since", "at__gte"), ("until", "at__lt")):
+        when = _parse_when(filters[name]) if filters[name] else None
+        if when is not None:
+            events = events.filter(**{lookup: when})
+    return filters, events
+
+
+def audit_page(events: QuerySet[AuditEvent], *, after: int, size: int):
+    """One page of events, newest first, keyset-paginated on the (monotonic) id; and
+    whether there is another page after it."""
+    if after:
+        events = events.filter(id__lt=after)
+    rows = list(events.order_by("-id")[: size + 1])
+    return rows[:size], len(rows) > size
+
+
+# --- the dashboard ------------------------------------------------------------------------
+
+
+def outcomes_by_class(since: datetime) -> list[dict[str, Any]]:
+    """(consequence class, status, how many) of the plans proposed since ``since``."""
+    recent = Plan.objects.filter(created_at__gte=since)
+    return list(recent.values("consequence_class", "status").annotate(n=Count("id")))
+
+
+def decision_waits(since: datetime) -> list[float]:
+    """Seconds from proposal to a person's decision, sorted. A session grant's approval
+    is no person's decision: it would pull the times to 0."""
+    decided = (
+        Plan.objects.filter(created_at__gte=since, decided_at__isnull=False)
+        .exclude(policy__mode="session_grant")
+        .only("created_at", "decided_at")
+    )
+    return sorted((p.decided_at - p.created_at).total_seconds() for p in decided)
+
+
+def busiest(since: datetime, field: str, n: int = 5) -> list[tuple[str, int]]:
+    """The ``n`` agents (``agent__name``) or actions (``action__title``) with the most
+    plans since ``since``."""
+    recent = Plan.objects.filter(created_at__gte=since)
+    return list(recent.values_list(field).annotate(n=Count("id")).order_by("-n", field)[:n])
+
+
+def awaiting_count() -> int:
+    return Plan.objects.filter(status=PlanStatus.AWAITING_APPROVAL).count()

@@ -21,7 +21,7 @@ django_application = ASGIStaticFilesHandler(get_asgi_application())
 
 from approvals import wakeups  # noqa: E402  (needs the apps loaded above)
 from approvals.longpoll import LongPollGate  # noqa: E402
-from approvals.mcp import McpHttpApp  # noqa: E402
+from approvals.mcp.protocol import McpHttpApp  # noqa: E402
 
 MCP_PATH = "/mcp"
 

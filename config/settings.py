@@ -354,7 +354,7 @@ COUNTERSIGN_OAUTH_TOKEN_ORIGINS = env_list("COUNTERSIGN_OAUTH_TOKEN_ORIGINS")
 COUNTERSIGN_SWEEP_SECONDS = env_float("COUNTERSIGN_SWEEP_SECONDS", 15.0)
 COUNTERSIGN_REQUEUE_AFTER_SECONDS = env_float("COUNTERSIGN_REQUEUE_AFTER_SECONDS", 30.0)
 # At most this many approved plans are published again per sweep, and never more than
-# the broker queue can be missing (a backlog is not a lost message; executors/services).
+# the broker queue can be missing (a backlog is not a lost message; executors/sweeper.py).
 COUNTERSIGN_REQUEUE_BATCH = env_int("COUNTERSIGN_REQUEUE_BATCH", 200)
 # An execution that has not finished this long after it was claimed is settled by the
 # sweeper (its worker is presumed dead).

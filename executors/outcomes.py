@@ -19,7 +19,8 @@ def classify(status: int, *, on_conflict: str = "rejected") -> tuple[str, str]:
     if 200 <= status < 300:
         return PlanStatus.COMPLETED, "applied"
     if status == 412:
-        # Refined by a re-read: "changed" only if the target did (executors.services).
+        # Refined by a re-read: "changed" only if the target did
+        # (executors/services.py: _precondition_failed).
         return PlanStatus.STALE, "the upstream's precondition failed: the target changed"
     if status == 428:
         return (

@@ -1,5 +1,5 @@
 """The per-process catalog cache (actions/cache.py) and the pooled read clients
-(executors/http.py): a change applies on the very next lookup, however it was made."""
+(actions/clients.py): a change applies on the very next lookup, however it was made."""
 
 from __future__ import annotations
 

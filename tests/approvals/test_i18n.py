@@ -21,7 +21,7 @@ from django.utils import timezone, translation
 
 from actions.lib.models import AuditEvent
 from approvals.models import Plan, PlanStatus
-from approvals.views import _duration
+from approvals.views.dashboard import _duration
 from tests.conftest import ROOT
 
 CATALOG = ROOT / "config" / "locale" / "pt_BR" / "LC_MESSAGES"

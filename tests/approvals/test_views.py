@@ -579,7 +579,7 @@ def test_audit_lists_every_event_and_filters(rita, make_plan, other_agent, revie
 
 
 def test_audit_pages_by_keyset(rita, make_plan, monkeypatch):
-    monkeypatch.setattr("approvals.views.AUDIT_PAGE_SIZE", 2)
+    monkeypatch.setattr("approvals.views.audit.AUDIT_PAGE_SIZE", 2)
     for _ in range(3):
         make_plan()
     everything = list(

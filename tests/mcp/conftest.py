@@ -38,7 +38,7 @@ def stdio_params(env: dict[str, str], token: str, url: str) -> StdioServerParame
 
 
 def _connector():
-    from approvals.mcp import build_server
+    from approvals.mcp.protocol import build_server
 
     @asynccontextmanager
     async def connect(token: str, *, mode: str = "auto"):
@@ -71,7 +71,7 @@ def in_process(db, monkeypatch):
         return call
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    monkeypatch.setattr("approvals.mcp._db", inline)
+    monkeypatch.setattr("approvals.mcp.protocol._db", inline)
     return _connector()
 
 

@@ -10,7 +10,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from actions.models import Agent, AgentScope
-from approvals.mcp import UNAUTHENTICATED
+from approvals.mcp.protocol import UNAUTHENTICATED
 from approvals.models import Plan
 from tests.e2e.support import NEW_EMAIL, SETTLED
 from tests.mcp.conftest import http_client, mcp_error, same_reasons, tool_input

@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent, AgentScope
-from approvals.mcp import UNAUTHENTICATED, _pointer_for_call, _reason_field
+from approvals.mcp.protocol import UNAUTHENTICATED, _pointer_for_call, _reason_field
 from approvals.models import Plan
 from tests.mcp.conftest import same_reasons, tool_input
 

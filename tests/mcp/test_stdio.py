@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 
 from actions.models import Agent
-from approvals.mcp import UNAUTHENTICATED
+from approvals.mcp.protocol import UNAUTHENTICATED
 from approvals.models import Plan
 from demo.processes import ROOT
 from tests.e2e.support import NEW_EMAIL, SETTLED

@@ -37,7 +37,7 @@ class Command(BaseCommand):
             raise CommandError(f"set the agent token in the environment variable {token_env}")
 
         # Only this command needs the MCP SDK, which takes a while to import.
-        from approvals.mcp import serve_stdio  # noqa: PLC0415
+        from approvals.mcp.protocol import serve_stdio  # noqa: PLC0415
 
         if agent_authenticate(token) is None:
             # Serve anyway: the client then gets the precise refusal on every request,

@@ -22,9 +22,9 @@ from django.views.decorators.http import require_GET, require_POST
 from actions.lib.exceptions import CountersignError
 from actions.models import Agent
 
-from .grants import grant_create, grant_eligible_actions, grant_list, grant_revoke
-from .models import SessionGrant
-from .pages import reviewer_page
+from ..grants import grant_create, grant_eligible_actions, grant_list, grant_revoke
+from ..models import SessionGrant
+from ..pages import reviewer_page
 
 DEFAULT_MINUTES = 60
 # Which form field a service error's JSON Pointer belongs to.

@@ -1,0 +1,217 @@
+"""What an MCP client shows: a plan, a refusal and an action card as markdown a model
+and a person read, with the plan and the problem as structured content (the JSON API's
+documents, exactly)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import mcp.types as types
+from django.conf import settings
+from django.utils import formats, timezone, translation
+from django.utils.dateparse import parse_datetime
+from ninja.responses import NinjaJSONEncoder
+
+from actions.lib.exceptions import CountersignError
+from actions.lib.problems import problem_body_from
+from actions.models import Action
+from actions.spec import markdown_block, markdown_code
+
+from ..api import action_out, plan_out
+from ..models import Plan, PlanStatus
+from ..schemas import PlanOut
+
+CARD_URI = "countersign://actions/{name}/card"
+CLASS_MEANING = {
+    "observation": "it reads data; nothing changes upstream",
+    "reversible": "a change that can be undone",
+    "external": "an external commitment (a message sent, an invoice issued); it cannot be recalled",
+    "irreversible": "a change that cannot be undone, or a broad one",
+}
+
+
+def _meaning(status: str) -> str:
+    return PlanStatus(status).meaning if status in PlanStatus.values else status
+
+
+def _json(value: Any) -> Any:
+    """The plan exactly as the JSON API renders it (same encoder, same precision)."""
+    return json.loads(json.dumps(value, cls=NinjaJSONEncoder))
+
+
+def plan_document(plan: Plan) -> dict[str, Any]:
+    return _json(PlanOut.model_validate(plan_out(plan)).model_dump())
+
+
+def local_datetime(value: datetime | str | None) -> str:
+    """A moment in the configured language and time zone (LANGUAGE_CODE, TIME_ZONE)."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is None:
+        return "—"
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    with translation.override(settings.LANGUAGE_CODE):
+        text = formats.date_format(value, "DATETIME_FORMAT", use_l10n=True)
+    zone = value.tzname() if timezone.is_aware(value) else None
+    return f"{text} ({zone})" if zone else text
+
+
+def error_result(
+    exc: CountersignError, *, consequence: str, correlation_id: str | None = None
+) -> types.CallToolResult:
+    """A refused call as the model and a person see it, with the problem as data."""
+    problem = problem_body_from(exc, correlation_id=correlation_id)
+    slug = problem["type"].rsplit(":", 1)[-1]
+    lines = [f"**Refused: {problem['title']}** ({markdown_code(slug)}, {problem['status']})"]
+    if problem["detail"] != problem["title"]:
+        lines += ["", problem["detail"]]
+    errors = problem.get("errors") or []
+    if errors:
+        lines.append("")
+        lines += [f"- {markdown_code(e['pointer'] or '/')}: {e['message']}" for e in errors]
+    lines += ["", f"{consequence} Correlation id: {markdown_code(problem['correlation_id'])}."]
+    return types.CallToolResult(
+        content=[types.TextContent(text="\n".join(lines))],
+        structured_content=problem,
+        is_error=True,
+    )
+
+
+def _input_lines(action: Action, values: dict[str, Any]) -> list[str]:
+    """The exact input, field by field: dates also in the configured locale, free text
+    (a message, a memo) in a code block so it reads as it will be sent."""
+    properties = (action.spec.input_schema or {}).get("properties", {})
+    lines: list[str] = []
+    for name, value in values.items():
+        schema = properties.get(name) or {}
+        label = markdown_code(name)
+        if isinstance(value, str) and schema.get("format") == "date-time":
+            moment = parse_datetime(value)
+            shown = markdown_code(value)
+            if moment is not None:
+                shown += f" — {local_datetime(moment)}"
+            lines.append(f"- {label}: {shown}")
+        elif isinstance(value, str) and _is_free_text(schema, value):
+            lines += [f"- {label}:", "", _indent(markdown_block(value)), ""]
+        else:
+            lines.append(f"- {label}: {markdown_code(value)}")
+    return lines
+
+
+def _is_free_text(schema: dict[str, Any], value: str) -> bool:
+    if "\n" in value:
+        return True
+    constrained = any(key in schema for key in ("pattern", "format", "enum", "const"))
+    return not constrained and schema.get("maxLength", 10_000) > 200
+
+
+def _approvals(count: int) -> str:
+    return "1 approval" if count == 1 else f"{count} approvals from different people"
+
+
+def people(count: int) -> str:
+    return "a person" if count == 1 else f"{count} different people"
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" if line else "" for line in text.split("\n"))
+
+
+def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
+    """The plan as a person checks it in seconds: what changes, the exact input, who
+    must approve, and where."""
+    status = doc["status"]
+    if proposed and doc.get("approved_by") == "session_grant":
+        head = (
+            "**Proposed and approved by a session grant — nothing has been written yet.** "
+            "A reviewer's grant for this agent covers this exact plan; a worker applies it "
+            f"once; status {markdown_code(status)}."
+        )
+    elif proposed:
+        head = (
+            "**Proposed — nothing has been written.** "
+            f"A person must approve this exact plan; status {markdown_code(status)}."
+        )
+    else:
+        head = f"**Plan {markdown_code(status)}** — {_meaning(status)}."
+    lines = [head, "", doc["preview"]["summary_markdown"], "", "**Input**", ""]
+    lines += _input_lines(plan.action, doc["input"])
+    approvals = doc["approvals_required"]
+    rows = [
+        ("Plan", markdown_code(doc["id"])),
+        ("Short code", markdown_code(doc["short_code"])),
+        ("Action", markdown_code(doc["action"])),
+        ("Consequence", f"{doc['consequence_class']}, {_approvals(approvals)} needed"),
+        ("Proposed", local_datetime(doc["created_at"])),
+        ("Expires", local_datetime(doc["expires_at"])),
+        ("Review", f"<{doc['review_url']}>"),
+    ]
+    lines += ["", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows]
+    outcome = doc.get("outcome")
+    if outcome:
+        sent = {True: "yes", False: "no", None: "unknown"}[outcome.get("request_sent")]
+        lines += [
+            "",
+            f"**Outcome** {markdown_code(outcome['state'])}: {outcome['detail'] or '—'}",
+            "",
+            f"- Request sent upstream: {sent}",
+            f"- Upstream status: {markdown_code(outcome['upstream_status'] or '—')}",
+            f"- Finished: {local_datetime(outcome.get('finished_at'))}",
+            f"- Correlation id: {markdown_code(outcome['correlation_id'])}",
+        ]
+    if doc.get("superseded_by"):
+        lines += [
+            "",
+            "A reviewer made a newer revision of this plan: follow "
+            f"{markdown_code(doc['superseded_by'])}.",
+        ]
+    if doc["reason"]:
+        lines += ["", "Reason given by the agent (unverified):", "", markdown_block(doc["reason"])]
+    return "\n".join(lines)
+
+
+def plan_result(plan: Plan, *, proposed: bool) -> types.CallToolResult:
+    doc = plan_document(plan)
+    return types.CallToolResult(
+        content=[
+            types.TextContent(text=plan_markdown(plan, doc, proposed=proposed)),
+            types.ResourceLink(
+                uri=CARD_URI.format(name=plan.action.name),
+                name=f"{plan.action.name} card",
+                title=plan.action.title,
+                mime_type="text/markdown",
+            ),
+        ],
+        structured_content=doc,
+    )
+
+
+def card_markdown(action: Action) -> str:
+    out = action_out(action)
+    card = out["card"]
+    approvals = out["approval"]["approvers_required"]
+    klass = out["consequence_class"]
+    lines = [
+        f"# {out['title']}",
+        "",
+        f"Tool {markdown_code(out['name'])} · consequence class **{klass}** "
+        f"({CLASS_MEANING.get(klass, klass)}) · {out['kind']} · "
+        f"{_approvals(approvals)} per call",
+    ]
+    if out["description"]:
+        lines += ["", out["description"]]
+    for key in ("effect", "scope", "result", "consent", "retry"):
+        lines += ["", f"**{key.capitalize()}.** {card[key]}"]
+    lines += [
+        "",
+        "Calling the tool only proposes: a person approves the exact plan before anything "
+        "is written upstream.",
+        "",
+        "**Input schema**",
+        "",
+        markdown_block(json.dumps(out["input_schema"], indent=2, sort_keys=True)),
+    ]
+    return "\n".join(lines)

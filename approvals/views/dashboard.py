@@ -1,0 +1,128 @@
+"""The dashboard: outcomes by class, time to decision, the busiest agents and actions,
+and whether the workers and the sweeper are alive."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import formats, timezone
+from django.utils.translation import gettext, pgettext_lazy
+from django.views.decorators.http import require_GET
+
+from actions.models import ConsequenceClass
+
+from ..heartbeats import heartbeat_status
+from ..models import PlanStatus
+from ..pages import reviewer_page
+from ..selectors import awaiting_count, busiest, decision_waits, outcomes_by_class
+
+DASHBOARD_DAYS = 14
+OUTCOME_GROUPS = {
+    "completed": (
+        pgettext_lazy("outcome", "Completed"),
+        {PlanStatus.COMPLETED, PlanStatus.ALREADY_IN_DESIRED_STATE},
+    ),
+    "failed": (
+        pgettext_lazy("outcome", "Failed"),
+        {PlanStatus.REJECTED, PlanStatus.STALE, PlanStatus.REFUSED, PlanStatus.UNKNOWN},
+    ),
+    "denied": (pgettext_lazy("outcome", "Denied"), {PlanStatus.DENIED}),
+    "lapsed": (
+        pgettext_lazy("outcome", "Expired or cancelled"),
+        {PlanStatus.EXPIRED, PlanStatus.CANCELLED},
+    ),
+    "open": (pgettext_lazy("outcome", "Open"), PlanStatus.in_flight() | {PlanStatus.PENDING}),
+}
+BAR_WIDTH = 600  # the SVG's drawing width for the longest bar, in user units
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile."""
+    if not sorted_values:
+        return None
+    rank = max(1, int(-(-fraction * len(sorted_values) // 1)))
+    return sorted_values[rank - 1]
+
+
+def _duration(seconds: float | None) -> str:
+    """Seconds as the reviewer reads them: "90 s", "12 min", "2.5 h" ("2,5 h" in pt-BR)."""
+    if seconds is None:
+        return "—"
+    seconds = int(round(seconds))
+    if seconds < 120:
+        return gettext("%(n)s s") % {"n": seconds}
+    if seconds < 7200:
+        return gettext("%(n)s min") % {"n": seconds // 60}
+    return gettext("%(n)s h") % {"n": formats.number_format(seconds / 3600, 1)}
+
+
+def _bars(counts: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    """Horizontal bars scaled to the largest count, laid out for an SVG."""
+    top = max((n for _, n in counts), default=0) or 1
+    return [
+        {"label": label, "count": n, "y": i * 28, "width": round(BAR_WIDTH * n / top)}
+        for i, (label, n) in enumerate(counts)
+    ]
+
+
+@require_GET
+@reviewer_page()
+def dashboard(request: HttpRequest) -> HttpResponse:
+    since = timezone.now() - timedelta(days=DASHBOARD_DAYS)
+    by_class: dict[str, dict[str, int]] = {
+        c: dict.fromkeys(OUTCOME_GROUPS, 0) for c in ConsequenceClass.values
+    }
+    for row in outcomes_by_class(since):
+        for group, (_, statuses) in OUTCOME_GROUPS.items():
+            if row["status"] in statuses and row["consequence_class"] in by_class:
+                by_class[row["consequence_class"]][group] += row["n"]
+    top = max((sum(g.values()) for g in by_class.values()), default=0) or 1
+    class_rows = []
+    for i, (value, label) in enumerate(ConsequenceClass.choices):
+        x = 0
+        segments = []
+        for group, (group_label, _) in OUTCOME_GROUPS.items():
+            n = by_class[value][group]
+            width = round(BAR_WIDTH * n / top)
+            if n:
+                segments.append(
+                    {"group": group, "label": group_label, "n": n, "x": x, "width": width}
+                )
+            x += width
+        class_rows.append(
+            {
+                "value": value,
+                "label": label,
+                "y": i * 28,
+                "segments": segments,
+                "total": sum(by_class[value].values()),
+                "cells": [by_class[value][g] for g in OUTCOME_GROUPS],
+            }
+        )
+    waits = decision_waits(since)
+    top_agents = busiest(since, "agent__name")
+    top_actions = busiest(since, "action__title")
+    machinery = heartbeat_status()
+    context = {
+        "days": DASHBOARD_DAYS,
+        "sweeper_age": _duration(machinery["sweeper_age"]),
+        "sweeper_ran": machinery["sweeper_age"] is not None,
+        "sweeper_stale": machinery["sweeper_stale"],
+        "workers_fresh": machinery["workers_fresh"],
+        "pending": awaiting_count(),
+        "total": sum(r["total"] for r in class_rows),
+        "class_rows": class_rows,
+        "class_height": len(class_rows) * 28,
+        "groups": [(g, label) for g, (label, _) in OUTCOME_GROUPS.items()],
+        "decided": len(waits),
+        "p50": _duration(_percentile(waits, 0.5)),
+        "p90": _duration(_percentile(waits, 0.9)),
+        "agents": _bars(top_agents),
+        "agents_height": max(1, len(top_agents)) * 28,
+        "actions": _bars(top_actions),
+        "actions_height": max(1, len(top_actions)) * 28,
+    }
+    return render(request, "approvals/dashboard.html", context)

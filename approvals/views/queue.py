@@ -1,0 +1,45 @@
+"""The review queue: plans awaiting a decision (or any, filtered), refreshing in place."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+
+from actions.models import Action, Agent, ConsequenceClass
+
+from ..models import PlanStatus
+from ..pages import reviewer_page
+from ..selectors import queue_filters, queue_page, queue_page_size
+
+
+@require_GET
+@reviewer_page()
+@vary_on_headers("HX-Request")
+def queue(request: HttpRequest) -> HttpResponse:
+    filters = queue_filters(request.GET)
+    size = queue_page_size(request.GET.get("per_page"))
+    after = request.GET.get("after", "")
+    plans, next_cursor = queue_page(filters, after, size)
+    kept = {k: v for k, v in filters.items() if v}
+    if "per_page" in request.GET:
+        kept["per_page"] = str(size)
+    context = {
+        "plans": plans,
+        "filters": filters,
+        "paged": bool(after),
+        "per_page": kept.get("per_page", ""),
+        "first_url": "?" + urlencode(kept),
+        "next_url": "?" + urlencode({**kept, "after": next_cursor}) if next_cursor else "",
+        "statuses": PlanStatus.choices,
+        "classes": ConsequenceClass.choices,
+        "agents": Agent.objects.order_by("name").values_list("name", flat=True),
+        "actions": Action.objects.order_by("name").values_list("name", "title"),
+    }
+    template = "approvals/queue.html"
+    if request.htmx:
+        template += "#queue-body"
+    return render(request, template, context)
