@@ -19,7 +19,7 @@ from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, nor
 from .lib.http import FORM_CONTENT_TYPE
 from .models import Action, ActionVersion, Connector
 from .rules import rule_operator
-from .spec import pattern_problem
+from .spec import VERIFIABLE_KINDS, pattern_problem
 
 SCHEMA_PATH = Path(__file__).with_name("catalog.schema.json")
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -155,11 +155,23 @@ def _pointer(path) -> str:
     return "".join(f"/{escape_pointer_token(p)}" for p in path)
 
 
+def _closest(error):
+    """For "none of the alternatives fit" (oneOf, anyOf), the alternative's own error that
+    says most precisely what is wrong (``approvers: 0 is less than 1``, not "not valid
+    under any of the given schemas")."""
+    while error.validator in ("oneOf", "anyOf") and error.context:
+        # The alternative that got furthest into the value is the one that was meant (a
+        # mapping was not meant to be the string "none").
+        error = max(error.context, key=lambda e: len(e.relative_path))
+    return error
+
+
 def validate_catalog(document: dict[str, Any], source: str) -> None:
     """Raise CatalogError with every problem found; return quietly if the file is sound."""
     problems: list[CatalogProblem] = []
     validator = Draft202012Validator(catalog_schema())
     for error in sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path)):
+        error = _closest(error)
         problems.append(CatalogProblem(_pointer(error.absolute_path), error.message))
     if problems:
         raise CatalogError(source, problems)
@@ -171,6 +183,7 @@ def validate_catalog(document: dict[str, Any], source: str) -> None:
         base = f"/actions/{escape_pointer_token(name)}"
         problems.extend(_check_action(base, action, known_connectors))
     actions = document.get("actions") or {}
+    problems.extend(_check_follow_ups(document))
     for i, name in enumerate(document.get("unconfirmed_classes") or []):
         if name not in actions:
             problems.append(
@@ -215,7 +228,7 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or [])
     kind = action["kind"]
-    write = action["write"]
+    write = action.get("write") or {}
     paths = [("/target", action["target"]), ("/write/path", write.get("path", ""))]
     if isinstance(action.get("read"), dict):
         paths.append(("/read/path", action["read"].get("path", "")))
@@ -235,10 +248,12 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         for key in ("effect", "scope", "result", "consent", "retry"):
             if not str(card.get(key, "")).strip():
                 problem(f"/card/{key}", "an enabled action needs a complete card")
+    out.extend(_check_reads_and_results(base, action, properties))
     approval = action.get("approval") or {}
-    if approval.get("session_grant") and action["consequence_class"] not in (
-        "observation",
-        "reversible",
+    if (
+        isinstance(approval, dict)
+        and approval.get("session_grant")
+        and action["consequence_class"] not in ("observation", "reversible")
     ):
         problem(
             "/approval/session_grant",
@@ -400,8 +415,115 @@ def _nests(value: Any, properties: dict[str, Any]) -> bool:
     return False
 
 
+# A card that promises an identifier ("a reminder id", "the release ID") must declare a
+# result field that carries one.
+_PROMISES_ID = re.compile(r"(?i)\b(ids?|identifiers?)\b")
+_RESULT_ID = re.compile(r"(^|_)id$")
+
+
+def _check_reads_and_results(
+    base: str, action: dict[str, Any], properties: dict[str, Any]
+) -> list[CatalogProblem]:
+    """Reads (kind read), declared results, verification and follow-up reads."""
+    out: list[CatalogProblem] = []
+
+    def problem(where: str, message: str) -> None:
+        out.append(CatalogProblem(base + where, message))
+
+    kind = action["kind"]
+    cls_name = action["consequence_class"]
+    approval = action.get("approval")
+    sensitive = bool(action.get("sensitive", False))
+    result = action.get("result") or {}
+    if kind == "read":
+        if cls_name != "observation":
+            problem("/consequence_class", "a read is an observation: it changes nothing")
+        if not result:
+            problem("/result", "a read returns only the fields it declares: declare them")
+        for key in ("status", "eligibility", "version"):
+            if key in action:
+                problem(f"/{key}", f"a read has no {key}")
+        if "write" in action:
+            problem("/write", "a read sends only the GET of its target: it has no write")
+    elif sensitive:
+        problem("/sensitive", "only a read can be sensitive")
+    if approval == "none":
+        if kind != "read" or cls_name != "observation":
+            problem("/approval", "only an observation read may run without a per-call approval")
+        elif sensitive:
+            problem("/approval", "a sensitive read needs a reviewer for every call")
+    if sensitive and isinstance(approval, dict) and approval.get("session_grant"):
+        problem("/approval/session_grant", "a sensitive read needs a reviewer for every call")
+    if action.get("verify") is True and kind not in VERIFIABLE_KINDS:
+        problem("/verify", f"a {kind} has no readable effect to verify")
+    for name, spec in result.items():
+        where = f"/result/{escape_pointer_token(name)}"
+        if "max_length" in spec and spec["type"] != "string":
+            problem(f"{where}/max_length", "max_length is for string fields")
+    card = action.get("card") or {}
+    promised = _PROMISES_ID.search(str(card.get("result", "")))
+    if (
+        action.get("enabled", True)
+        and promised
+        and not any(_RESULT_ID.search(name) for name in result)
+    ):
+        problem(
+            "/result",
+            f"the card promises {promised.group(0)!r} but no result field carries one "
+            "(declare e.g. an '..._id' field)",
+        )
+    check = action.get("check_with")
+    if check:
+        if kind == "read":
+            problem("/check_with", "a read is itself the check")
+        for field_name, source in (check.get("input") or {}).items():
+            where = f"/check_with/input/{escape_pointer_token(field_name)}"
+            if "$input" in source and source["$input"] not in properties:
+                problem(where, f"{source['$input']!r} is no input property of this action")
+            if "$result" in source and source["$result"] not in result:
+                problem(where, f"{source['$result']!r} is no result field of this action")
+    return out
+
+
+def _check_follow_ups(document: dict[str, Any]) -> list[CatalogProblem]:
+    """Each ``check_with`` names a read action, in this file or already in the catalog,
+    whose required inputs it provides."""
+    out = []
+    actions = document.get("actions") or {}
+    for name, action in actions.items():
+        check = action.get("check_with")
+        if not check:
+            continue
+        where = f"/actions/{escape_pointer_token(name)}/check_with"
+        target = actions.get(check["action"])
+        if target is None:
+            stored = Action.objects.filter(name=check["action"]).first()
+            target = stored.definition if stored is not None else None
+        if target is None:
+            out.append(CatalogProblem(where + "/action", f"no action named {check['action']!r}"))
+            continue
+        if target.get("kind") != "read":
+            out.append(CatalogProblem(where + "/action", f"{check['action']!r} is not a read"))
+            continue
+        schema = target.get("input_schema") or {}
+        given = set(check.get("input") or {})
+        missing = sorted(set(schema.get("required") or []) - given)
+        unknown = sorted(given - set(schema.get("properties") or {}))
+        if missing:
+            out.append(
+                CatalogProblem(where + "/input", f"{check['action']} needs {', '.join(missing)}")
+            )
+        if unknown:
+            out.append(
+                CatalogProblem(
+                    where + "/input", f"{check['action']} has no input {', '.join(unknown)}"
+                )
+            )
+    return out
+
+
 def _path_fields(action: dict[str, Any]) -> set[str]:
-    templates = [action["target"], action["write"].get("path", "")]
+    templates = [action["target"], (action.get("write") or {}).get("path", "")]
     if isinstance(action.get("read"), dict):
         templates.append(action["read"].get("path", ""))
     return {key for template in templates for key in _PATH_FIELD.findall(template)}

@@ -29,6 +29,7 @@ class ChangeKind(models.TextChoices):
     REPLACE = "replace"
     DELETE = "delete"
     INVOKE = "invoke"
+    READ = "read"  # an observation: one GET, only its declared fields returned
 
 
 class Connector(models.Model):

@@ -183,6 +183,8 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
         "base_url": action.connector.base_url,
         "path": target_path,
     }
+    if spec.kind == "read":
+        return _read_preview(spec, values, target)
     read = None
     if spec.read is not None:
         read = read_target(client, spec, values)
@@ -260,12 +262,40 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
     )
 
 
+def _read_preview(spec: ActionSpec, values: dict[str, Any], target: dict[str, Any]) -> Preview:
+    """A read is previewed without reading: the reviewer of a sensitive read sees what
+    would be read and which fields the agent would receive, not the private record."""
+    request = {
+        "method": "GET",
+        "path": spec.render_path(spec.read.path, values),
+        "headers": {},
+        "content_type": None,
+        "body": None,
+    }
+    fields = ", ".join(markdown_code(f.name) for f in spec.result)
+    lines = [f"**Read** {markdown_code(target['path'])} — {spec.title}"]
+    own = spec.render_summary(values)
+    if own:
+        lines += ["", own]
+    lines += ["", f"The agent receives only: {fields}."]
+    return Preview(
+        target=target,
+        before=None,
+        after=None,
+        changes=[],
+        precondition={"kind": "none", "expected": None, "enforced_by": "none"},
+        write_request=request,
+        summary_markdown="\n".join(lines),
+    )
+
+
 _VERBS = {
     "create": "Create",
     "update": "Update",
     "replace": "Replace",
     "delete": "Delete",
     "invoke": "Send",
+    "read": "Read",
 }
 
 

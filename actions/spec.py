@@ -91,6 +91,10 @@ InputValidator = validators.extend(
 )
 
 
+# The change kinds whose effect a re-read can show (an invoke has no readable state).
+VERIFIABLE_KINDS = frozenset({"create", "update", "replace", "delete"})
+
+
 class TemplateError(ValueError):
     pass
 
@@ -147,6 +151,31 @@ class ApprovalSpec:
     approval_ttl: int  # seconds an approval stays usable
     plan_ttl: int  # seconds a plan may wait for a decision
     session_grant: bool = False  # may a reviewer's session grant stand in for per-call consent
+    # "per_call", or "none": a plain observation read an admin lets run at once (still
+    # recorded, rate-limited and fingerprinted; the loader allows it for nothing else).
+    mode: str = "per_call"
+
+
+@dataclass(frozen=True)
+class ResultField:
+    """One field the agent receives in ``outcome.result``, from the upstream's answer."""
+
+    name: str
+    type: str  # "string" | "integer" | "number" | "boolean"
+    pointer: str = ""  # into the answer's body; or
+    header: str = ""  # a response header; or
+    status: bool = False  # the answer's HTTP status
+    max_length: int = 200  # strings longer than this are not returned
+    enum: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckWith:
+    """The read action that checks accepted work or an unknown outcome, with its input
+    taken from this plan's input (``$input``) or result (``$result``)."""
+
+    action: str
+    input: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -166,6 +195,12 @@ class ActionSpec:
     summary: str = ""
     approval: ApprovalSpec = field(default_factory=lambda: ApprovalSpec(1, 900, 3600))
     status: StatusSpec | None = None
+    result: tuple[ResultField, ...] = ()
+    # A read of private data: every call needs a reviewer.
+    sensitive: bool = False
+    # Re-read the target after a 2xx to a change and compare it with the plan.
+    verify: bool = False
+    check_with: CheckWith | None = None
 
     @classmethod
     def from_definition(cls, name: str, d: dict[str, Any]) -> ActionSpec:
@@ -173,20 +208,25 @@ class ActionSpec:
         kind = d["kind"]
         target = d["target"]
         read = None
-        if kind != "invoke" and d.get("read", {}) is not None:
+        if kind not in ("invoke", "read") and d.get("read", {}) is not None:
+            r = d.get("read") or {}
+            read = ReadSpec(path=r.get("path", target), not_found=tuple(r.get("not_found", [404])))
+        if kind == "read":
             r = d.get("read") or {}
             read = ReadSpec(path=r.get("path", target), not_found=tuple(r.get("not_found", [404])))
         version = None
-        if read is not None and kind != "create":
+        if read is not None and kind not in ("create", "read"):
             v = d.get("version") or {"source": "hash"}
             version = VersionSource(source=v["source"], field=v.get("field", ""))
-        w = d["write"]
+        # A read sends one GET of its target and nothing else: its "write" is that GET.
+        w = {"path": read.path} if kind == "read" else d["write"]
         default_method = {
             "create": "PUT",
             "update": "PATCH",
             "replace": "PUT",
             "delete": "DELETE",
             "invoke": "POST",
+            "read": "GET",
         }[kind]
         default_ct = "application/merge-patch+json" if kind == "update" else "application/json"
         write = WriteSpec(
@@ -221,16 +261,46 @@ class ActionSpec:
         )
         a = d.get("approval") or {}
         cls_name = d["consequence_class"]
+        sensitive = bool(d.get("sensitive", False))
         defaults = settings.COUNTERSIGN_APPROVAL_POLICY[cls_name]
+        # No per-call approval only for a plain observation read, whatever the file says
+        # (the loader refuses it otherwise).
+        mode = (
+            "none"
+            if a == "none" and kind == "read" and cls_name == "observation" and not sensitive
+            else "per_call"
+        )
+        a = a if isinstance(a, dict) else {}
         approval = ApprovalSpec(
             approvers=int(a.get("approvers", defaults["approvers"])),
             approval_ttl=int(a.get("approval_ttl", defaults["approval_ttl"])),
             plan_ttl=int(a.get("plan_ttl", settings.COUNTERSIGN_PLAN_TTL_SECONDS)),
-            # Never for external or irreversible actions, whatever the file says (the
-            # loader refuses it too).
+            # Never for external or irreversible actions, nor for a sensitive read,
+            # whatever the file says (the loader refuses it too).
             session_grant=bool(a.get("session_grant", defaults["session_grant"]))
-            and cls_name in ("observation", "reversible"),
+            and cls_name in ("observation", "reversible")
+            and not sensitive
+            and mode == "per_call",
+            mode=mode,
         )
+        result = tuple(
+            ResultField(
+                name=name,
+                type=f["type"],
+                pointer=f.get("pointer", ""),
+                header=f.get("header", ""),
+                status=bool(f.get("status", False)),
+                max_length=int(f.get("max_length", 200)),
+                enum=tuple(f.get("enum") or ()),
+            )
+            for name, f in sorted((d.get("result") or {}).items())
+        )
+        cw = d.get("check_with")
+        check_with = (
+            CheckWith(action=cw["action"], input=dict(cw.get("input") or {})) if cw else None
+        )
+        # Verification needs a readable target: the change kinds that have one.
+        verify = bool(d.get("verify", True)) and kind in VERIFIABLE_KINDS and read is not None
         return cls(
             name=name,
             title=d["title"],
@@ -247,6 +317,10 @@ class ActionSpec:
             summary=d.get("summary", ""),
             approval=approval,
             status=status,
+            result=result,
+            sensitive=sensitive,
+            verify=verify,
+            check_with=check_with,
         )
 
     # --- input -----------------------------------------------------------------

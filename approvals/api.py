@@ -244,7 +244,7 @@ def action_out(action: Action) -> dict[str, Any]:
         "kind": kind,
         "input_schema": spec.input_schema,
         "approval": {
-            "mode": "per_call",
+            "mode": spec.approval.mode,
             "approvers_required": spec.approval.approvers,
             "approval_ttl_seconds": spec.approval.approval_ttl,
             "plan_ttl_seconds": spec.approval.plan_ttl,
@@ -253,12 +253,15 @@ def action_out(action: Action) -> dict[str, Any]:
         },
         # Hints describe the upstream effect once a person approves.
         "annotations": {
-            "readOnlyHint": False,
+            "readOnlyHint": kind == "read",
             "destructiveHint": kind in ("delete", "replace")
             or action.consequence_class == "irreversible",
             "idempotentHint": kind in ("update", "replace", "delete", "create"),
             "openWorldHint": action.consequence_class in ("external", "irreversible"),
         },
+        "result": [{"name": f.name, "type": f.type} for f in spec.result],
+        "sensitive": spec.sensitive,
+        "verify": spec.verify,
     }
 
 
@@ -289,6 +292,21 @@ def request_sent(plan: Plan) -> bool | None:
     return sent
 
 
+def check_with(plan: Plan) -> dict[str, Any] | None:
+    """The read action that checks accepted work or an unknown outcome, where the
+    action names one, with the input this plan provides (a missing value is left out)."""
+    check = plan.action.spec.check_with
+    if check is None or plan.status not in PlanStatus.unsettled():
+        return None
+    sources = {"$input": plan.input or {}, "$result": plan.result or {}}
+    values = {}
+    for field_name, source in check.input.items():
+        ((kind, name),) = source.items()
+        if sources[kind].get(name) is not None:
+            values[field_name] = sources[kind][name]
+    return {"action": check.action, "input": values}
+
+
 def approval_source(plan: Plan) -> dict[str, Any]:
     """How the plan was approved, from its fingerprinted policy (no query): by a session
     grant, by reviewers, or not (yet)."""
@@ -309,6 +327,9 @@ def plan_out(plan: Plan) -> dict[str, Any]:
             "correlation_id": plan.correlation_id,
             "finished_at": plan.finished_at,
             "request_sent": request_sent(plan),
+            "result": plan.result,
+            "verified": bool(plan.verified),
+            "check_with": check_with(plan),
         }
     return {
         "id": plan.id,

@@ -23,6 +23,9 @@ class PlanStatus(models.TextChoices):
     PENDING = "pending", _("Pending")
     ALREADY_IN_DESIRED_STATE = "already_in_desired_state", _("Already In Desired State")
     REJECTED = "rejected", _("Rejected")
+    # The upstream answered a change with a 2xx, and reading the target back shows the
+    # change did not happen (a server that ignores what it does not understand).
+    NOT_APPLIED = "not_applied", _("Not Applied")
     STALE = "stale", _("Stale")
     REFUSED = "refused", _("Refused")
     UNKNOWN = "unknown", _("Unknown")
@@ -79,6 +82,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             PlanStatus.PENDING,
             PlanStatus.ALREADY_IN_DESIRED_STATE,
             PlanStatus.REJECTED,
+            PlanStatus.NOT_APPLIED,
             PlanStatus.STALE,
             PlanStatus.REFUSED,
             PlanStatus.UNKNOWN,
@@ -101,6 +105,8 @@ _MEANINGS = {
     PlanStatus.PENDING: "accepted upstream and not finished yet",
     PlanStatus.ALREADY_IN_DESIRED_STATE: "nothing to do: the target already looked like this",
     PlanStatus.REJECTED: "the upstream refused the change",
+    PlanStatus.NOT_APPLIED: "the upstream said yes, but reading the target back shows the "
+    "change did not happen; nothing was sent again",
     PlanStatus.STALE: "the target changed after the preview; nothing was written (propose again)",
     PlanStatus.REFUSED: "Countersign did not send it (see the outcome); nothing was written",
     PlanStatus.UNKNOWN: "the request may or may not have taken effect; a person will reconcile it",
@@ -162,6 +168,11 @@ class Plan(models.Model):
 
     outcome_detail = models.TextField(blank=True)
     upstream_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The fields the action declares it returns (its ``result:``), as the agent gets them:
+    # projected from the upstream's answer, typed, bounded and filtered. Nothing else.
+    result = models.JSONField(null=True, blank=True)
+    # Did a read-back of the target show the planned effect? (None until an outcome.)
+    verified = models.BooleanField(null=True, blank=True)
     correlation_id = models.UUIDField(default=uuid.uuid4, editable=False)
 
     class Meta:

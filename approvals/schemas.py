@@ -40,7 +40,10 @@ class Annotations(Schema):
 
 
 class ApprovalPolicyOut(Schema):
-    mode: Literal["per_call"]
+    mode: Literal["per_call", "none"] = Field(
+        description="per_call: a person (or a session grant) approves each plan; none: a "
+        "plain observation read that runs as soon as it is proposed (still recorded)."
+    )
     approvers_required: int
     approval_ttl_seconds: int
     plan_ttl_seconds: int
@@ -49,6 +52,11 @@ class ApprovalPolicyOut(Schema):
         description="Whether a reviewer's session grant may approve this action's plans "
         "without a per-call decision (observation and reversible actions only).",
     )
+
+
+class ResultFieldOut(Schema):
+    name: str
+    type: Literal["string", "integer", "number", "boolean"]
 
 
 class ActionOut(Schema):
@@ -61,6 +69,17 @@ class ActionOut(Schema):
     input_schema: dict[str, Any]
     approval: ApprovalPolicyOut
     annotations: Annotations
+    result: list[ResultFieldOut] = Field(
+        default_factory=list, description="The fields outcome.result carries, and their types."
+    )
+    sensitive: bool = Field(
+        default=False, description="A read of private data: a reviewer approves every call."
+    )
+    verify: bool = Field(
+        default=False,
+        description="The worker reads the target back after a 2xx and reports whether the "
+        "effect is there (outcome.verified); a 2xx that changed nothing ends not_applied.",
+    )
 
 
 class TargetOut(Schema):
@@ -94,6 +113,11 @@ class PreconditionOut(Schema):
     )
 
 
+class CheckWithOut(Schema):
+    action: str
+    input: dict[str, Any]
+
+
 class OutcomeOut(Schema):
     state: str
     detail: str
@@ -103,6 +127,22 @@ class OutcomeOut(Schema):
     request_sent: bool | None = Field(
         default=None,
         description="Whether the write left the gateway: true, false, or null when unknown.",
+    )
+    result: dict[str, Any] | None = Field(
+        default=None,
+        description="The fields the action declares it returns (its card's result), from "
+        "the upstream's answer: typed, bounded and filtered; a field that could not be "
+        "read or did not match its declaration is null. Nothing undeclared is returned.",
+    )
+    verified: bool = Field(
+        default=False,
+        description="True when reading the target back after the upstream's answer showed "
+        "the planned effect; false otherwise (not verifiable, opted out, or not shown).",
+    )
+    check_with: CheckWithOut | None = Field(
+        default=None,
+        description="For accepted work (pending) or an unknown outcome: the read action "
+        "that checks it, and the input to propose it with.",
     )
 
 

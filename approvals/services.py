@@ -219,6 +219,22 @@ def _check_rules(agent: Agent, action: Action, preview) -> None:
             _refuse(agent, action, NotEligible(rule_text(failing)), "eligibility")
 
 
+def _approve_by_policy(plan: Plan, *, now) -> None:
+    """A plain observation read whose action needs no per-call approval: approved as it
+    is stored (the fingerprinted policy says so, and the worker checks the action still
+    does), and handed to a worker. Recorded like any decision."""
+    dispatch.on_commit(dispatch.EXECUTE_PLAN, plan.id)
+    plan_transition(
+        plan,
+        to=PlanStatus.APPROVED,
+        actor=SYSTEM,
+        event="plan.approved",
+        data={"by": "policy", "approval": "none"},
+        decided_at=now,
+        enqueued_at=now,
+    )
+
+
 def plan_submit(
     *,
     agent: Agent,
@@ -260,13 +276,17 @@ def plan_submit(
                 preview = compute_preview(action, values, client)
         except TemplateError as exc:
             raise InvalidInput(errors=[{"pointer": "/input", "message": str(exc)}]) from None
-        _check_rules(agent, action, preview)
+        if spec.kind != "read":
+            # A read is not read before it is approved: the worker applies its scope
+            # rules to what it reads, and returns nothing out of scope.
+            _check_rules(agent, action, preview)
         policy = {
             "consequence_class": action.consequence_class,
             "approvers_required": spec.approval.approvers,
             "approval_ttl_seconds": spec.approval.approval_ttl,
             "session_grant_eligible": spec.approval.session_grant,
-            "mode": "per_call",
+            # "none": a plain observation read an admin lets run without a decision.
+            "mode": spec.approval.mode,
         }
         now = timezone.now()
         with transaction.atomic():
@@ -276,10 +296,12 @@ def plan_submit(
                 if use_grants
                 else None
             )
-            if grant is not None:
+            if grant is not None and spec.approval.mode == "per_call":
                 # In the fingerprinted document: an approval by this grant can never be
                 # spent on a plan that was not proposed under it.
                 policy = {**policy, "mode": "session_grant", "grant": str(grant.id)}
+            else:
+                grant = None
             document = fingerprint_document(
                 action_name=action.name,
                 action_version=action.version,
@@ -329,12 +351,15 @@ def plan_submit(
                     "action_version": action.version,
                     "target": preview.target["path"],
                     "idempotency_key": bool(idempotency_key),
+                    "kind": action.kind,
                 },
             )
             if reservation is not None:
                 IdempotencyRecord.objects.filter(pk=reservation.pk).update(plan=plan)
             if grant is not None:
                 grant_approve(plan=plan, grant=grant, now=now)
+            elif policy["mode"] == "none":
+                _approve_by_policy(plan, now=now)
             elif notify:
                 notify_awaiting(plan.id)
     except BaseException:

@@ -47,6 +47,7 @@ SETTLED = frozenset(
         "pending",
         "already_in_desired_state",
         "rejected",
+        "not_applied",
         "stale",
         "refused",
         "unknown",
@@ -94,6 +95,8 @@ class Action:
     card: dict[str, str]
     approvers_required: int
     raw: dict[str, Any] = field(repr=False)
+    # The names of the fields outcome.result carries.
+    result_fields: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Action:
@@ -107,6 +110,7 @@ class Action:
             card=data["card"],
             approvers_required=data["approval"]["approvers_required"],
             raw=dict(data),
+            result_fields=tuple(f["name"] for f in data.get("result") or ()),
         )
 
 
@@ -119,6 +123,12 @@ class Outcome:
     finished_at: datetime | None
     # True: the upstream answered the write; False: it never left; None: nobody can know.
     request_sent: bool | None
+    # The fields the action declares it returns (None where a field could not be read).
+    result: dict[str, Any] | None = None
+    # True when reading the target back showed the effect.
+    verified: bool = False
+    # For pending or unknown outcomes: {"action": read action, "input": {...}} to check it.
+    check_with: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Outcome:
@@ -129,6 +139,9 @@ class Outcome:
             correlation_id=data["correlation_id"],
             finished_at=_moment(data.get("finished_at")),
             request_sent=data.get("request_sent"),
+            result=data.get("result"),
+            verified=bool(data.get("verified", False)),
+            check_with=data.get("check_with"),
         )
 
 

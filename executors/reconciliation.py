@@ -30,6 +30,7 @@ from approvals.lifecycle import plan_transition
 from approvals.models import Attempt, Plan, PlanStatus
 
 from .outcomes import classify
+from .results import merged, project
 from .vault import open_write_secret
 
 # Seconds before each automatic reconciliation of an unknown outcome; after the last one
@@ -63,10 +64,15 @@ def pending_follow(*, plan_id) -> str:
     status = plan.action.spec.status
     if status is None or not attempt.status_path:
         return "skipped:no-status-request"
+    result = plan.result
     try:
         with read_client(plan.action.connector) as client:
             response = client.get(attempt.status_path)
         body = response.json() if response.status == 200 else None
+        if body is not None and not response.secret_echoed:
+            # The accepted work's progress updates the fields its answer carries (a
+            # deployment's status goes from queued to succeeded).
+            result = merged(result, project(plan.action.spec.result, response)[0])
     except (UpstreamError, ValueError):
         body = None
     checks = attempt.status_checks + 1
@@ -88,6 +94,7 @@ def pending_follow(*, plan_id) -> str:
                     finished_at=now,
                     outcome_detail=detail,
                     next_check_at=None,
+                    result=result,
                 )
                 return state
         if checks >= status.max_checks:
@@ -95,11 +102,12 @@ def pending_follow(*, plan_id) -> str:
                 outcome_detail=f"accepted by the upstream; still not finished after {checks} "
                 "checks",
                 next_check_at=None,
+                result=result,
             )
             return "still-pending"
         countdown = min(2.0**checks * 0.5, 60.0)
         Plan.objects.filter(pk=plan.pk, status=PlanStatus.PENDING).update(
-            next_check_at=due(now, countdown)
+            next_check_at=due(now, countdown), result=result
         )
         wake_look(plan.id, PlanStatus.PENDING, countdown=countdown)
     return "following"
@@ -128,7 +136,7 @@ def reconcile(*, plan_id, actor: str = EXECUTOR) -> str:
         if plan.kind == "invoke":
             state, finding = _reconcile_invoke(plan, attempt)
         else:
-            state, finding = _reconcile_read(plan)
+            state, finding = read_back(plan)
     except (PreviewError, UpstreamError) as exc:
         state, finding = None, {"verdict": f"could not read the upstream: {exc}"}
     except VaultError:
@@ -168,12 +176,16 @@ def reconcile(*, plan_id, actor: str = EXECUTOR) -> str:
             outcome_detail=f"reconciled: {finding['verdict']}",
             upstream_status=status if status is not None else plan.upstream_status,
             next_check_at=None,
+            # A read-back that shows the change is a verification; a repeated key is not.
+            verified=finding.get("verdict") == "applied",
         )
     return state
 
 
-def _reconcile_read(plan: Plan) -> tuple[str | None, dict[str, Any]]:
-    """Re-read the target and decide: applied, not applied, or changed by someone else."""
+def read_back(plan: Plan) -> tuple[str | None, dict[str, Any]]:
+    """Re-read the target and decide: applied (completed), not applied (rejected), or
+    neither (None: changed by someone else, or gone). The worker's verification of a 2xx
+    and the reconciliation of an unknown outcome both ask this."""
     spec = plan.action.spec
     with read_client(plan.action.connector) as client:
         result = read_target(client, spec, plan.input)

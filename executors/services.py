@@ -34,12 +34,21 @@ from actions.fingerprint import plan_fingerprint_matches
 from actions.lib import dispatch
 from actions.lib.actors import EXECUTOR
 from actions.lib.audit import audit_record
+from actions.lib.canonical import CanonicalJSONError
 from actions.lib.exceptions import InvalidTransition
-from actions.lib.http import Auth, UpstreamError, UpstreamResponse, WriteClient, connector_url
-from actions.lib.redaction import filter_text, redact_headers
+from actions.lib.http import (
+    READ_METHODS,
+    Auth,
+    UpstreamError,
+    UpstreamResponse,
+    WriteClient,
+    connector_url,
+)
+from actions.lib.redaction import REDACTED, filter_text, redact_headers
 from actions.models import Credential, VaultState, action_by_id
 from actions.oauth import TokenError
 from actions.preview import PreviewError, UpstreamEchoesSecrets, read_target
+from actions.rules import first_failing, rule_text
 from actions.vault import VaultError
 from approvals.grants import grant_refusal_reason
 from approvals.lifecycle import (
@@ -47,13 +56,15 @@ from approvals.lifecycle import (
     attempt_count_send,
     attempt_fence,
     attempt_open,
+    attempt_transition,
     execution_end,
     plan_transition,
 )
 from approvals.models import Attempt, Plan, PlanStatus
 
 from .outcomes import classify, refused_in_body, retry_after_seconds
-from .reconciliation import FIRST_FOLLOW_SECONDS, RECONCILE_DELAYS, due, wake_look
+from .reconciliation import FIRST_FOLLOW_SECONDS, RECONCILE_DELAYS, due, read_back, wake_look
+from .results import project
 from .vault import open_write_secret
 
 log = logging.getLogger(__name__)
@@ -109,6 +120,8 @@ def execution_run(*, plan_id) -> str:
             plan = Plan.objects.filter(id=plan_id).only("status").first()
             return f"skipped:{plan.status if plan else 'missing'}"
         try:
+            if claim.plan.kind == "read":
+                return _read(claim)
             auth = _open_credential(claim)
             found = _revalidate_or_stop(claim)
             sent = _send(claim, auth, found)
@@ -143,6 +156,24 @@ def _refusal_reason(plan: Plan, now) -> str | None:
     return None
 
 
+def _needs_no_approval(plan: Plan) -> bool:
+    """A plain observation read its action lets run without a decision: the plan's
+    fingerprinted policy says so, and the action (unchanged since, or the claim refuses)
+    still does."""
+    spec = plan.action.spec
+    return (
+        plan.policy.get("mode") == "none"
+        and plan.kind == "read"
+        and spec.approval.mode == "none"
+        and not spec.sensitive
+    )
+
+
+def _event(plan: Plan, step: str) -> str:
+    """What the audit trail calls a step: a read never appears as a write."""
+    return f"{'read' if plan.kind == 'read' else 'execution'}.{step}"
+
+
 def _claim(plan_id) -> Claim | None:
     now = timezone.now()
     with transaction.atomic():
@@ -164,18 +195,19 @@ def _claim(plan_id) -> Claim | None:
         with catalog_snapshot():
             plan.action = action_by_id(plan.action_id)
             reason = _refusal_reason(plan, now)
-            if reason is None:
+            # A read uses the read credential only; there is no write to open.
+            if reason is None and plan.kind != "read":
                 credential = plan.action.connector.credential(Credential.Role.WRITE)
                 if credential is None:
                     reason = NO_WRITE_CREDENTIAL
-        if reason is None and not approvals_spend(plan, now):
+        if reason is None and not (_needs_no_approval(plan) or approvals_spend(plan, now)):
             reason = NO_VALID_APPROVAL
         if reason is not None:
             plan_transition(
                 plan,
                 to=PlanStatus.REFUSED,
                 actor=ACTOR,
-                event="execution.refused",
+                event=_event(plan, "refused"),
                 data={"reason": reason},
                 finished_at=now,
                 outcome_detail=f"refused before sending: {reason}",
@@ -186,7 +218,7 @@ def _claim(plan_id) -> Claim | None:
             plan,
             to=PlanStatus.EXECUTING,
             actor=ACTOR,
-            event="execution.claimed",
+            event=_event(plan, "claimed"),
             data={"attempt": str(attempt.id), "try": attempt.tries},
             claimed_at=now,
         )
@@ -205,11 +237,13 @@ def _finish(
     upstream_status: int | None = None,
     event_data: dict[str, Any] | None = None,
     look_in: float | None = None,
+    plan_fields: dict[str, Any] | None = None,
     **attempt_fields: Any,
 ) -> Plan:
     """Record the attempt's end and the plan's outcome in one transaction. ``look_in``
     schedules the first automatic look at an unsettled outcome (a status request for
-    ``pending``, a reconciliation for ``unknown``) in the same commit."""
+    ``pending``, a reconciliation for ``unknown``) in the same commit; ``plan_fields``
+    carry the result and whether the effect was verified."""
     now = timezone.now()
     with transaction.atomic():
         execution_end(
@@ -218,7 +252,7 @@ def _finish(
             to=to,
             attempt_to=attempt_state,
             actor=ACTOR,
-            event=f"execution.{to}",
+            event=_event(claim.plan, to),
             data={
                 "attempt": str(claim.attempt.id),
                 "upstream_status": upstream_status,
@@ -229,6 +263,7 @@ def _finish(
             outcome_detail=detail,
             upstream_status=upstream_status,
             next_check_at=due(now, look_in),
+            **(plan_fields or {}),
         )
         if look_in is not None:
             wake_look(claim.plan.id, to, countdown=look_in)
@@ -505,18 +540,34 @@ def _precondition_failed(claim: Claim) -> tuple[str, str]:
 
 def _record(claim: Claim, auth: Auth, sent: Sent) -> str:
     plan, response, notes = claim.plan, sent.response, sent.notes
+    spec = plan.action.spec
     state, detail = _classify(claim, sent)
     if response.secret_echoed:
         notes.append("the upstream's answer repeated a credential; it was removed")
     if response.status in (401, 403):
         _flag_credential(claim.credential, response.status)
+    result = None
+    if 200 <= response.status < 300 and state in (PlanStatus.COMPLETED, PlanStatus.PENDING):
+        result, mismatched = project(spec.result, response, secrets=auth.secret_values())
+        notes += mismatched
     status_path = _status_path(plan, response) if state == PlanStatus.PENDING else ""
     look_in = None
     if state == PlanStatus.PENDING and status_path:
         look_in = FIRST_FOLLOW_SECONDS
     elif state == PlanStatus.UNKNOWN:
         look_in = RECONCILE_DELAYS[0]
-    body_text = filter_text(response.body.decode("utf-8", "replace"), secrets=auth.secret_values())
+    answer = {
+        "response_status": response.status,
+        "response_headers": redact_headers(response.headers),
+        "response_body": filter_text(
+            response.body.decode("utf-8", "replace"), secrets=auth.secret_values()
+        ),
+        "duration_ms": response.elapsed_ms,
+        "sends": sent.sends,
+        "status_path": status_path,
+    }
+    if state == PlanStatus.COMPLETED and spec.verify:
+        return _verify(claim, answer=answer, notes=notes, result=result)
     _finish(
         claim,
         to=state,
@@ -525,16 +576,150 @@ def _record(claim: Claim, auth: Auth, sent: Sent) -> str:
         attempt_state=Attempt.State.ANSWERED,
         upstream_status=response.status,
         event_data={"sends": sent.sends},
-        response_status=response.status,
-        response_headers=redact_headers(response.headers),
-        response_body=body_text,
-        duration_ms=response.elapsed_ms,
-        sends=sent.sends,
-        status_path=status_path,
+        plan_fields={"result": result, "verified": False},
         error="; ".join(notes),
+        **answer,
     )
     log.info("plan %s executed: %s (%s)", plan.id, state, response.status)
     return state
+
+
+# --- 6. verify the effect -----------------------------------------------------------------
+
+
+def _verify(claim: Claim, *, answer: dict[str, Any], notes: list[str], result) -> str:
+    """A 2xx is not proof: read the target back (read credential, no transaction open)
+    and compare the changed fields with the plan's ``after``.
+
+    The answer is committed first, so it is never lost: if this worker dies during the
+    read-back, the sweeper finds the attempt answered and the plan executing, and has it
+    reconciled (the same read-back). Nothing is ever sent again."""
+    plan, status = claim.plan, answer["response_status"]
+    now = timezone.now()
+    attempt_transition(
+        claim.attempt,
+        to=Attempt.State.ANSWERED,
+        finished_at=now,
+        error="; ".join(notes),
+        **answer,
+    )
+    try:
+        verdict, finding = read_back(plan)
+    except (PreviewError, UpstreamError) as exc:
+        verdict, finding = None, {"verdict": f"could not read the target back: {exc}"}
+    if verdict == PlanStatus.COMPLETED:
+        state, verified = PlanStatus.COMPLETED, True
+        detail = "applied, and reading the target back shows the change"
+    elif verdict == PlanStatus.REJECTED:
+        state, verified = PlanStatus.NOT_APPLIED, False
+        detail = (
+            f"the upstream answered {status}, but reading the target back shows the change "
+            "was not applied; nothing was sent again"
+        )
+    else:
+        state, verified = PlanStatus.COMPLETED, False
+        detail = (
+            f"applied ({status}), but not verified: {finding['verdict']} (the upstream may "
+            "store values differently, or the target changed since)"
+        )
+    plan_transition(
+        plan,
+        to=state,
+        actor=ACTOR,
+        event=_event(plan, state),
+        data={"attempt": str(claim.attempt.id), "upstream_status": status, "read_back": finding},
+        finished_at=now,
+        outcome_detail=detail,
+        upstream_status=status,
+        result=result,
+        verified=verified,
+        next_check_at=None,
+    )
+    log.info("plan %s executed: %s (%s, verified %s)", plan.id, state, status, verified)
+    return state
+
+
+# --- reads --------------------------------------------------------------------------------
+
+
+def _read(claim: Claim) -> str:
+    """An observation: one GET of the target through the read-only client (it refuses any
+    other method before anything leaves), with the read credential. The agent receives
+    the declared fields of what was read, only if it is within the action's scope rules;
+    the answer itself is not kept (only the declared result is)."""
+    plan, attempt = claim.plan, claim.attempt
+    request = plan.write_request
+    if request.get("method") not in READ_METHODS:
+        raise _refuse(claim, "refused: a read sends only GET", error="not a read request")
+    client = read_client(plan.action.connector)
+    recorded = {
+        "method": request["method"],
+        "url": plan.action.connector.base_url + request["path"],
+        "headers": dict.fromkeys(client.credential_header_names, REDACTED),
+        "body": None,
+    }
+    if not attempt_fence(
+        plan, attempt, sent_at=timezone.now(), request=recorded, revalidation={"checked": False}
+    ):
+        if VaultState.is_locked():
+            raise _refuse(claim, f"refused before reading: {VAULT_LOCKED}", error=VAULT_LOCKED)
+        raise _Done("skipped:claim-lost")
+    try:
+        response = client.request(request["method"], request["path"])
+    except UpstreamError as exc:
+        if not exc.sent:
+            raise _release_unsent(claim, str(exc)) from None
+        _finish(
+            claim,
+            to=PlanStatus.REJECTED,
+            detail="the upstream did not answer the read; nothing changed (propose it again)",
+            attempt_state=Attempt.State.LOST,
+            plan_fields={"verified": False},
+            error=str(exc),
+            sends=1,
+        )
+        return PlanStatus.REJECTED
+    state, detail, result, notes = _read_outcome(claim, response)
+    _finish(
+        claim,
+        to=state,
+        detail=detail,
+        attempt_state=Attempt.State.ANSWERED,
+        upstream_status=response.status,
+        plan_fields={"result": result, "verified": False},
+        response_status=response.status,
+        response_headers=redact_headers(response.headers),
+        duration_ms=response.elapsed_ms,
+        sends=1,
+        error="; ".join(notes),
+    )
+    log.info("plan %s read: %s (%s)", plan.id, state, response.status)
+    return state
+
+
+def _read_outcome(claim: Claim, response) -> tuple[str, str, dict | None, list[str]]:
+    spec = claim.plan.action.spec
+    if response.secret_echoed:
+        detail = "the upstream's answer repeated a credential; nothing is returned"
+        return PlanStatus.REJECTED, detail, None, []
+    if response.status in spec.read.not_found:
+        return PlanStatus.REJECTED, "the target was not found upstream", None, []
+    if response.status != 200:
+        if response.status >= 500:
+            detail = f"the upstream failed the read ({response.status}); nothing changed"
+        else:
+            detail = f"the upstream refused the read ({response.status})"
+        return PlanStatus.REJECTED, detail, None, []
+    try:
+        body = response.json()
+    except CanonicalJSONError:
+        return PlanStatus.REJECTED, "the upstream's answer is not usable JSON", None, []
+    scope = claim.plan.action.definition.get("scope") or []
+    failing = first_failing(scope, body, claim.plan.agent.attributes or {})
+    if failing is not None:
+        return PlanStatus.REJECTED, f"out of scope: {rule_text(failing)}", None, []
+    result, notes = project(spec.result, response)
+    return PlanStatus.COMPLETED, "read", result, notes
 
 
 def _flag_credential(credential: Credential, status: int) -> None:

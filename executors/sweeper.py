@@ -44,6 +44,7 @@ def sweep(*, now=None) -> dict[str, int]:
         "still_queued": 0,
         "recovered": 0,
         "unknown": 0,
+        "reads_lost": 0,
         "looks": 0,
     }
     for plan_id in _lost_wakeups(now, report):
@@ -128,21 +129,52 @@ def _settle_lost_worker(plan: Plan, now) -> str:
             )
             dispatch.on_commit(dispatch.EXECUTE_PLAN, plan.id)
             return "recovered"
-        attempt_transition(
-            attempt,
-            to=Attempt.State.LOST,
-            finished_at=now,
-            error="the worker stopped after the request may have left",
-        )
+        if plan.kind == "read":
+            # Nothing changes by a read: no outcome to look up, the agent reads again.
+            if attempt.state != Attempt.State.ANSWERED:
+                attempt_transition(
+                    attempt, to=Attempt.State.LOST, finished_at=now, error="worker lost"
+                )
+            plan_transition(
+                plan,
+                to=PlanStatus.REJECTED,
+                actor=SWEEPER,
+                event="read.rejected",
+                data={"reason": "worker lost during the read"},
+                finished_at=now,
+                outcome_detail="the worker stopped during the read; nothing changed "
+                "(propose it again)",
+                verified=False,
+            )
+            return "reads_lost"
+        if attempt.state == Attempt.State.ANSWERED:
+            # The answer arrived and was kept; the worker stopped while reading the
+            # target back to verify it. The reconciliation is that same read-back.
+            reason = "worker lost while verifying the answer"
+            detail = (
+                "the upstream answered; the worker stopped while checking the effect, "
+                "which is being looked up again"
+            )
+        else:
+            attempt_transition(
+                attempt,
+                to=Attempt.State.LOST,
+                finished_at=now,
+                error="the worker stopped after the request may have left",
+            )
+            reason = "worker lost after sending"
+            detail = (
+                "the worker stopped after the request may have left; "
+                "the change may or may not have applied"
+            )
         plan_transition(
             plan,
             to=PlanStatus.UNKNOWN,
             actor=SWEEPER,
             event="execution.unknown",
-            data={"reason": "worker lost after sending"},
+            data={"reason": reason},
             finished_at=now,
-            outcome_detail="the worker stopped after the request may have left; "
-            "the change may or may not have applied",
+            outcome_detail=detail,
             next_check_at=due(now, RECONCILE_DELAYS[0]),
         )
         wake_look(plan.id, PlanStatus.UNKNOWN, countdown=RECONCILE_DELAYS[0])

@@ -162,6 +162,11 @@ class _Client:
     def close(self) -> None:
         self._http.close()
 
+    @property
+    def credential_header_names(self) -> frozenset[str]:
+        """The headers the credential sets (recorded by name only, never by value)."""
+        return self._auth.header_names
+
     def __enter__(self):
         return self
 

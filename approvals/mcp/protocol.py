@@ -173,16 +173,8 @@ def action_tool(action: Action) -> types.Tool:
             f"{out['title']}. {out['description']}".strip(),
             f"Consequence class: {klass} ({CLASS_MEANING.get(klass, klass)}). "
             f"Once approved: {card['effect']} Scope: {card['scope']}",
-            "This call only PROPOSES the change. Countersign reads the target without "
-            "changing it and returns a preview, a plan id, a short code and a review URL. "
-            f"Nothing is written upstream until {people(approvals)} approve this exact "
-            "plan"
-            + (
-                ", or a session grant a reviewer made for you covers it"
-                if out["approval"].get("session_grant_eligible")
-                else ""
-            )
-            + "; then a worker applies it once. Follow it with get_plan.",
+            _read_sentence(out) if out["kind"] == "read" else _write_sentence(out, approvals),
+            _result_sentence(out),
         )
         if part
     )
@@ -213,6 +205,44 @@ def action_tool(action: Action) -> types.Tool:
                 "approved_effect": out["annotations"],
             }
         },
+    )
+
+
+def _read_sentence(out: dict[str, Any]) -> str:
+    if out["approval"]["mode"] == "none":
+        how = "It runs as soon as you propose it"
+    elif out["sensitive"]:
+        how = "The data is private: a person approves every call"
+    else:
+        how = (
+            "A person approves it, or a session grant a reviewer made for you covers it"
+            if out["approval"].get("session_grant_eligible")
+            else "A person approves it"
+        )
+    return (
+        "This call proposes a READ: nothing changes upstream. "
+        f"{how}; then a worker reads the target once, with Countersign's read credential, "
+        "and you receive only the declared fields in outcome.result. Follow it with get_plan."
+    )
+
+
+def _result_sentence(out: dict[str, Any]) -> str:
+    fields = ", ".join(f"{f['name']} ({f['type']})" for f in out.get("result") or ())
+    return f"Result fields: {fields}." if fields else ""
+
+
+def _write_sentence(out: dict[str, Any], approvals: int) -> str:
+    return (
+        "This call only PROPOSES the change. Countersign reads the target without "
+        "changing it and returns a preview, a plan id, a short code and a review URL. "
+        f"Nothing is written upstream until {people(approvals)} approve this exact "
+        "plan"
+        + (
+            ", or a session grant a reviewer made for you covers it"
+            if out["approval"].get("session_grant_eligible")
+            else ""
+        )
+        + "; then a worker applies it once. Follow it with get_plan."
     )
 
 

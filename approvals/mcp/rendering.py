@@ -124,7 +124,19 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
     """The plan as a person checks it in seconds: what changes, the exact input, who
     must approve, and where."""
     status = doc["status"]
-    if proposed and doc.get("approved_by") == "session_grant":
+    is_read = plan.kind == "read"
+    if proposed and is_read and status != PlanStatus.AWAITING_APPROVAL:
+        head = (
+            "**Read proposed and approved** — a worker reads the target once with the read "
+            "credential; you receive only the declared fields. Follow it with get_plan; "
+            f"status {markdown_code(status)}."
+        )
+    elif proposed and is_read:
+        head = (
+            "**Read proposed — a person must approve it** (the data is private). You will "
+            f"receive only the declared fields; status {markdown_code(status)}."
+        )
+    elif proposed and doc.get("approved_by") == "session_grant":
         head = (
             "**Proposed and approved by a session grant — nothing has been written yet.** "
             "A reviewer's grant for this agent covers this exact plan; a worker applies it "
@@ -162,6 +174,22 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
             f"- Finished: {local_datetime(outcome.get('finished_at'))}",
             f"- Correlation id: {markdown_code(outcome['correlation_id'])}",
         ]
+        if not is_read and outcome["state"] in (PlanStatus.COMPLETED, PlanStatus.NOT_APPLIED):
+            checked = "yes" if outcome.get("verified") else "no"
+            lines.append(f"- Effect verified by reading the target back: {checked}")
+        if outcome.get("result") is not None:
+            lines += ["", "**Result**", ""]
+            lines += [
+                f"- {markdown_code(name)}: {markdown_code(value) if value is not None else '—'}"
+                for name, value in outcome["result"].items()
+            ]
+        check = outcome.get("check_with")
+        if check:
+            lines += [
+                "",
+                f"To check on it, propose {markdown_code(check['action'])} with "
+                f"{markdown_code(check['input'])}.",
+            ]
     if doc.get("superseded_by"):
         lines += [
             "",

@@ -27,7 +27,13 @@ OUTCOME_GROUPS = {
     ),
     "failed": (
         pgettext_lazy("outcome", "Failed"),
-        {PlanStatus.REJECTED, PlanStatus.STALE, PlanStatus.REFUSED, PlanStatus.UNKNOWN},
+        {
+            PlanStatus.REJECTED,
+            PlanStatus.NOT_APPLIED,
+            PlanStatus.STALE,
+            PlanStatus.REFUSED,
+            PlanStatus.UNKNOWN,
+        },
     ),
     "denied": (pgettext_lazy("outcome", "Denied"), {PlanStatus.DENIED}),
     "lapsed": (

@@ -137,6 +137,8 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         # Unknown waits for a person (who may be typing a resolution): no auto-refresh.
         "live": plan.status in PlanStatus.in_flight() or plan.status == PlanStatus.PENDING,
         "attempt": attempt,
+        "result_fields": [f.name for f in plan.action.spec.result],
+        "verify": plan.action.spec.verify,
         "last_check": CHECK_VERDICTS.get(verdict, verdict),
         "outcome_detail": gettext(plan.outcome_detail) if plan.outcome_detail else "",
         **_revision_context(plan),

@@ -52,10 +52,12 @@ def pointers(exc: InvalidInput) -> list[str]:
 # --- making a grant ----------------------------------------------------------------------
 
 
-def test_the_demo_catalog_has_exactly_one_grant_eligible_action(catalog):
+def test_the_demo_catalog_has_two_grant_eligible_actions(catalog):
+    """The reversible memo update, and the plain contact read; not the sensitive read,
+    and not the reads that need no approval at all."""
     from approvals.grants import grant_eligible_actions
 
-    assert [a.name for a in grant_eligible_actions()] == [MEMO]
+    assert [a.name for a in grant_eligible_actions()] == ["get_contact", MEMO]
 
 
 @pytest.mark.parametrize(
@@ -456,7 +458,7 @@ def test_the_nav_links_to_the_grants_page(rita):
 def test_the_action_list_says_which_actions_a_grant_may_cover(client, api_headers):
     actions = {a["name"]: a for a in client.get("/api/v1/actions", **api_headers).json()}
     eligible = sorted(n for n, a in actions.items() if a["approval"]["session_grant_eligible"])
-    assert eligible == [MEMO]
+    assert eligible == ["get_contact", MEMO]
 
 
 def test_fixed_values_are_checked_in_linear_time_whatever_the_pattern(make_grant, catalog):

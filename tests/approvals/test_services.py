@@ -292,6 +292,7 @@ def test_terminal_states_have_no_way_out(make_plan):
         "completed",
         "already_in_desired_state",
         "rejected",
+        "not_applied",
         "stale",
         "refused",
         "denied",

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from actions.lib.models import AuditEvent
 from approvals.models import Plan, PlanStatus
+from approvals.views.dashboard import OUTCOME_GROUPS
 
 LONG_MEMO_BEFORE = (
     "Thank you for your business. Payment is due within thirty days of the invoice date."
@@ -656,3 +657,10 @@ def test_dashboard_counts_outcomes_decision_times_and_top_agents(rita, make_plan
     assert '<rect class="seg seg-completed"' in text
     assert "<script>" not in text and "style=" not in text
     assert waiting.id  # still awaiting
+
+
+def test_every_settled_state_is_in_one_dashboard_outcome_group():
+    groups = [statuses for _, statuses in OUTCOME_GROUPS.values()]
+    counted = [s for statuses in groups for s in statuses]
+    assert len(counted) == len(set(counted)), "a state is counted twice"
+    assert set(PlanStatus) == set(counted), "a state is never counted"
