@@ -132,9 +132,10 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
             f"status {markdown_code(status)}."
         )
     elif proposed and is_read:
+        private = " (the data is private)" if plan.action.spec.sensitive else ""
         head = (
-            "**Read proposed — a person must approve it** (the data is private). You will "
-            f"receive only the declared fields; status {markdown_code(status)}."
+            f"**Read proposed — a person must approve it**{private}. You will receive "
+            f"only the declared fields; status {markdown_code(status)}."
         )
     elif proposed and doc.get("approved_by") == "session_grant":
         head = (

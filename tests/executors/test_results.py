@@ -376,3 +376,21 @@ def test_a_catalog_file_with_reads_and_follow_ups_round_trips(catalog):
     assert Action.objects.get(name="get_contact_phone").spec.sensitive
     assert Action.objects.get(name="get_deployment").spec.approval.mode == "none"
     assert Action.objects.get(name="start_deployment").spec.check_with.action == "get_deployment"
+
+
+def test_a_read_that_needs_no_approval_is_still_rate_limited(
+    upstream, client, api_headers, settings
+):
+    settings.COUNTERSIGN_RATE_LIMIT = "2/hour"
+    upstream._data["deployments"]["dep-9"] = {"id": "dep-9", "service": "api", "status": "queued"}
+
+    def propose():
+        return client.post(
+            "/api/v1/plans",
+            {"action": "get_deployment", "input": {"deployment_id": "dep-9"}},
+            content_type="application/json",
+            **api_headers,
+        )
+
+    assert [propose().status_code for _ in range(3)] == [201, 201, 429]
+    assert Plan.objects.filter(action__name="get_deployment").count() == 2

@@ -50,6 +50,10 @@ def test_list_propose_wait_and_cancel(live, catalog, agent_token, rita, upstream
         assert done.status == "completed" and done.settled
         assert done.outcome.state == "completed"
         assert done.outcome.request_sent is True
+        assert done.outcome.verified is True  # read back after the upstream's 200
+        assert done.outcome.result["email"] == EMAIL["email"]
+        assert set(actions["update_contact_email"].result_fields) == set(done.outcome.result)
+        assert actions["get_contact"].kind == "read"
         assert len(upstream.writes()) == 1
 
         other = cs.propose("update_invoice_memo", {"invoice_id": "inv-2001", "memo": "hello"})

@@ -10,6 +10,8 @@ import anyio
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
+from actions.models import Agent
+from approvals.grants import grant_create
 from approvals.models import Plan
 from demo.processes import ROOT
 from tests.e2e.support import NEW_EMAIL
@@ -37,7 +39,14 @@ def example(name: str) -> dict:
     return namespace
 
 
-def test_openai_agents_sdk_example(live, agent_token, rita, upstream):
+@pytest.fixture
+def reads_granted(live, agent, reviewer):
+    """The agent works in ws-blue, and a reviewer granted it contact look-ups."""
+    Agent.objects.filter(pk=agent.pk).update(attributes={"workspace": "ws-blue"})
+    grant_create(creator=reviewer, agent=agent, action_names=["get_contact"], duration_seconds=600)
+
+
+def test_openai_agents_sdk_example(live, agent_token, rita, upstream, reads_granted):
     from agents import set_tracing_disabled
 
     set_tracing_disabled(True)  # nothing may leave for a tracing backend
@@ -45,16 +54,27 @@ def test_openai_agents_sdk_example(live, agent_token, rita, upstream):
     state: dict = {}
 
     def script(items, tools):
+        if "read" not in state:
+            assert {"get_contact", "update_contact_email", "get_plan"} <= set(tools)
+            state["read"] = None
+            return call("get_contact", contact_id="c-1001")
+        output = last_tool_output(items)
+        if state["read"] is None:
+            assert "**Read proposed and approved**" in output
+            state["read"] = PLAN_ID.search(output).group(0)
+            return call("get_plan", plan_id=state["read"], wait=10)
         if "plan" not in state:
-            assert {"update_contact_email", "get_plan", "cancel_plan"} <= set(tools)
+            if "**Plan `completed`**" not in output:
+                return call("get_plan", plan_id=state["read"], wait=10)
+            # The model acts on what was read: the current address, from the result.
+            state["old_email"] = re.search(r"- `email`: `([^`]+)`", output)[1]
             state["plan"] = None
             return call(
                 "update_contact_email",
                 contact_id="c-1001",
                 email=NEW_EMAIL,
-                reason="the customer asked by phone",
+                reason=f"the customer asked by phone (was {state['old_email']})",
             )
-        output = last_tool_output(items)
         if state["plan"] is None:
             # The preview the model reads: nothing written yet, the ids a person needs.
             assert "nothing has been written" in output
@@ -72,13 +92,16 @@ def test_openai_agents_sdk_example(live, agent_token, rita, upstream):
     )
 
     assert answer == f"Done: plan {state['short_code']} was applied."
+    assert state["old_email"] == "ada@example.test"  # what the upstream held
+    read = Plan.objects.get(id=state["read"])
+    assert read.status == "completed" and read.result["email"] == state["old_email"]
     plan = Plan.objects.get(id=state["plan"])
     assert plan.status == "completed"
-    assert plan.reason == "the customer asked by phone"
+    assert plan.reason == f"the customer asked by phone (was {state['old_email']})"
     assert len(upstream.writes()) == 1
 
 
-def test_langgraph_example(live, agent_token, rita, upstream):
+def test_langgraph_example(live, agent_token, rita, upstream, reads_granted):
     from clients.countersign_client import Countersign
 
     doc = example("langgraph")
@@ -90,17 +113,23 @@ def test_langgraph_example(live, agent_token, rita, upstream):
             seen.append(last.content)
         step = len(seen)
         if step == 0:
+            return tool_call("get_contact", contact_id="c-1001")
+        if step == 1:
+            assert "Proposed read" in seen[0]
+            return tool_call("get_plan", plan_id=PLAN_ID.search(seen[0]).group(0), wait=10)
+        if step == 2:
+            assert "is completed" in seen[1] and "'email': 'ada@example.test'" in seen[1]
             # A first try with a field the action does not have.
             return tool_call("update_contact_email", contact_id="c-1001", mail=NEW_EMAIL)
-        if step == 1:
-            assert "Refused; nothing was created" in seen[0]
-            assert "/input/mail: unknown field" in seen[0]
+        if step == 3:
+            assert "Refused; nothing was created" in seen[2]
+            assert "/input/mail: unknown field" in seen[2]
             return tool_call(
                 "update_contact_email", contact_id="c-1001", email=NEW_EMAIL, reason="asked"
             )
-        plan_id = PLAN_ID.search(seen[1]).group(0)
-        if step == 2:
-            assert "Nothing is written until a person approves it" in seen[1]
+        plan_id = PLAN_ID.search(seen[3]).group(0)
+        if step == 4:
+            assert "Nothing is written until a person approves it" in seen[3]
             rita.decide(plan_id, "approve")
         if "is completed" not in seen[-1]:
             return tool_call("get_plan", plan_id=plan_id, wait=10)
@@ -111,8 +140,9 @@ def test_langgraph_example(live, agent_token, rita, upstream):
         graph = doc["build_graph"](model, doc["countersign_tools"](cs))
         result = graph.invoke({"messages": [("user", "Contact c-1001 moved")]})
 
-    assert {"update_contact_email", "get_plan"} <= set(model.bound)
+    assert {"get_contact", "update_contact_email", "get_plan"} <= set(model.bound)
     plan = Plan.objects.get(action__name="update_contact_email")
     assert result["messages"][-1].content == f"Applied {plan.id}."
     assert plan.status == "completed"
+    assert Plan.objects.get(action__name="get_contact").status == "completed"
     assert len(upstream.writes()) == 1
