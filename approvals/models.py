@@ -101,10 +101,11 @@ _MEANINGS = {
     "nothing has been written",
     PlanStatus.APPROVED: "approved; the worker will apply it shortly",
     PlanStatus.EXECUTING: "the worker is applying it now",
-    PlanStatus.COMPLETED: "applied upstream",
+    PlanStatus.COMPLETED: "applied upstream (a read: done, its result returned)",
     PlanStatus.PENDING: "accepted upstream and not finished yet",
     PlanStatus.ALREADY_IN_DESIRED_STATE: "nothing to do: the target already looked like this",
-    PlanStatus.REJECTED: "the upstream refused the change",
+    PlanStatus.REJECTED: "the upstream refused it (a read: not found, refused or out of "
+    "scope; nothing returned)",
     PlanStatus.NOT_APPLIED: "the upstream said yes, but reading the target back shows the "
     "change did not happen; nothing was sent again",
     PlanStatus.STALE: "the target changed after the preview; nothing was written (propose again)",

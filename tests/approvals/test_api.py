@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 import uuid
@@ -14,7 +15,8 @@ from django.utils import timezone
 from actions.lib.canonical import digest
 from actions.lib.models import AuditEvent
 from actions.models import Agent, Connector
-from approvals.models import IdempotencyRecord, Plan
+from approvals.models import TRANSITIONS, IdempotencyRecord, Plan, PlanStatus
+from demo.processes import ROOT
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 
 UPDATE_EMAIL = {
@@ -518,3 +520,13 @@ def test_the_openapi_document(client, db):
     assert {"/api/v1/actions", "/api/v1/plans", "/api/v1/plans/{plan_id}"} <= set(paths)
     assert "/api/v1/plans/{plan_id}/cancel" in paths
     assert not any("approve" in path for path in paths)
+
+
+def test_the_state_table_in_the_api_docs_is_the_transition_table():
+    text = (ROOT / "docs" / "api.md").read_text()
+    table = text[text.index("### States") : text.index("## Reads")]
+    rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \|$", table, re.MULTILINE)
+    documented = {state: set(re.findall(r"`(\w+)`", moves)) for state, moves in rows}
+    assert set(documented) == set(PlanStatus)
+    for state in PlanStatus:
+        assert documented[state] == set(TRANSITIONS.get(state, ())), state

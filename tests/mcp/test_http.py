@@ -78,7 +78,7 @@ def test_propose_review_approve_and_read_the_outcome_over_http(
     result = mcp(url, agent_token, follow, mode=mode)
     assert result.structured_content["status"] == "completed"
     assert result.structured_content["outcome"]["state"] == "completed"
-    assert result.content[0].text.startswith("**Plan `completed`** — applied upstream.")
+    assert result.content[0].text.startswith("**Plan `completed`** — applied upstream")
     assert len(upstream.writes()) == 1
     assert upstream.state()["contacts"]["c-1001"]["email"] == NEW_EMAIL
 
