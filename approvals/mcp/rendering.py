@@ -17,7 +17,7 @@ from ninja.responses import NinjaJSONEncoder
 from actions.lib.exceptions import CountersignError
 from actions.lib.problems import problem_body_from
 from actions.models import Action
-from actions.spec import markdown_block, markdown_code
+from actions.spec import VERIFIABLE_KINDS, markdown_block, markdown_code
 
 from ..api import action_out, plan_out
 from ..models import Plan, PlanStatus
@@ -234,6 +234,14 @@ def card_markdown(action: Action) -> str:
         lines += ["", out["description"]]
     for key in ("effect", "scope", "result", "consent", "retry"):
         lines += ["", f"**{key.capitalize()}.** {card[key]}"]
+    if out["kind"] in VERIFIABLE_KINDS:
+        checked = (
+            "After the upstream says yes, the worker reads the target back and compares it "
+            "with the plan (outcome.verified)."
+            if out["verify"]
+            else "Not read back: the upstream's yes is taken at its word (verified: false)."
+        )
+        lines += ["", f"**Checked.** {checked}"]
     lines += [
         "",
         "Calling the tool only proposes: a person approves the exact plan before anything "

@@ -18,6 +18,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from actions.lib.exceptions import CountersignError, NotFound
 from actions.preview import diff
+from actions.spec import VERIFIABLE_KINDS
 
 from ..diffs import is_long_text, only_version_moved, word_diff
 from ..models import Plan, PlanStatus
@@ -139,6 +140,7 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "attempt": attempt,
         "result_fields": [f.name for f in plan.action.spec.result],
         "verify": plan.action.spec.verify,
+        "verifiable": plan.kind in VERIFIABLE_KINDS,
         "last_check": CHECK_VERDICTS.get(verdict, verdict),
         "outcome_detail": gettext(plan.outcome_detail) if plan.outcome_detail else "",
         **_revision_context(plan),

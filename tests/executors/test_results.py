@@ -6,6 +6,7 @@ live-process versions are in tests/e2e/test_results.py."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -18,6 +19,7 @@ from actions.lib.http import ReadOnlyViolation
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent, Connector
 from approvals.grants import grant_create
+from approvals.mcp.rendering import card_markdown
 from approvals.models import Approval, Attempt, Plan, PlanStatus
 from approvals.services import approval_record, plan_submit
 from executors import services
@@ -316,7 +318,7 @@ def test_a_200_that_changed_nothing_ends_not_applied_and_is_never_resent(
 
 
 def test_an_action_may_opt_out_of_verification(
-    upstream, catalog, approved, run, client, api_headers
+    upstream, catalog, approved, run, client, api_headers, reviewer
 ):
     definition = copy.deepcopy(catalog["update_contact_email"].definition)
     action_define(
@@ -332,6 +334,14 @@ def test_an_action_may_opt_out_of_verification(
     assert outcome["verified"] is False
     methods = [r["method"] for r in upstream.requests_log() if r["path"] == "/contacts/c-1001"]
     assert methods[-1] == "PATCH"  # no read-back
+    # The card says so before anyone approves: on the page and in the MCP card.
+    client.force_login(reviewer)
+    page = client.get(f"/plans/{plan.id}/").content.decode()
+    assert re.search(r'data-testid="card-verify">Not read back', page)
+    assert "**Checked.** Not read back" in card_markdown(Action.objects.get(pk=plan.action_id))
+    assert "**Checked.** After the upstream says yes" in card_markdown(
+        Action.objects.get(name="update_contact_phone")
+    )
 
 
 def test_a_worker_lost_while_verifying_is_reconciled_by_the_same_read_back(
