@@ -157,9 +157,10 @@ def test_the_other_pages_are_for_reviewers_only(client, outsider, name):
         ),
         (
             "approvals:plan-preview-again",
-            PlanStatus.AWAITING_APPROVAL,
+            PlanStatus.COMPLETED,
             {},
-            "only a stale plan can be previewed again; this one is awaiting_approval",
+            "only a stale plan, or one whose target changed since its preview, can be "
+            "previewed again; this one is completed",
         ),
     ],
     ids=lambda v: v.split(":")[1] if isinstance(v, str) and ":" in v else None,
@@ -443,11 +444,13 @@ def test_preview_again_says_when_only_the_version_moved(rita, make_plan, upstrea
     assert "Same change as before: only the target's version moved." in text
 
 
-def test_preview_again_refuses_a_plan_that_is_not_stale(rita, make_plan):
+def test_preview_again_refuses_an_awaiting_plan_whose_target_did_not_move(rita, make_plan):
     plan = make_plan()
     response = rita.post(reverse("approvals:plan-preview-again", args=[plan.id]), follow=True)
-    assert "only a stale plan can be previewed again" in response.content.decode()
+    assert "the target has not changed since this preview" in response.content.decode()
     assert not Plan.objects.filter(revision_of=plan).exists()
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.AWAITING_APPROVAL
 
 
 # --- edit, then approve -----------------------------------------------------------------
