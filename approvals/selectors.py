@@ -233,6 +233,19 @@ def audit_page(events: QuerySet[AuditEvent], *, after: int, size: int):
     whether there is another page after it."""
     if after:
         events = events.filter(id__lt=after)
+    # The plan's short code and action name come along in the same query (a join), and
+    # only those: a plan's previews are large.
+    events = events.select_related("plan__action").only(
+        "id",
+        "at",
+        "kind",
+        "actor",
+        "fingerprint",
+        "data",
+        "hash",
+        "plan__fingerprint",
+        "plan__action__name",
+    )
     rows = list(events.order_by("-id")[: size + 1])
     return rows[:size], len(rows) > size
 
