@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from actions.lib.models import AuditEvent
 from approvals.models import Plan, PlanStatus
+from tests.conftest import ROOT
 
 LONG_MEMO_BEFORE = (
     "Thank you for your business. Payment is due within thirty days of the invoice date."
@@ -659,3 +660,38 @@ def test_dashboard_counts_outcomes_decision_times_and_top_agents(rita, make_plan
     assert '<rect class="seg seg-completed"' in text
     assert "<script>" not in text and "style=" not in text
     assert waiting.id  # still awaiting
+
+
+def test_audit_shows_short_codes_action_names_and_readable_data(rita, make_plan):
+    plan = make_plan()
+    page = rita.get("/plans/audit/", {"plan": str(plan.id)}).content.decode()
+    row = re.search(r"<tr data-event-id.*?</tr>", page, re.S).group(0)
+    assert f'<code data-testid="event-plan">{plan.short_code}</code>' in row
+    assert "update_contact_email" in row
+    assert "<dt>target</dt><dd>/contacts/c-1001</dd>" in row
+    assert "<dt>action_version</dt><dd>1</dd>" in row
+    assert "{&#x27;" not in row and str(plan.id)[:8] + "<" not in row  # no dict, no UUID prefix
+
+
+def test_dashboard_labels_are_cut_at_a_word_with_the_full_label_as_a_tooltip(
+    rita, make_plan, agent
+):
+    from approvals.views.dashboard import _short
+
+    agent.attributes = {"workspace": "ws-blue"}
+    agent.save(update_fields=["attributes"])
+    assert _short("Update the phone number of one contact in the agent's workspace") == (
+        "Update the phone number of…"
+    )
+    assert _short("Short title") == "Short title"
+    assert _short("x" * 40) == "x" * 29 + "…"
+    make_plan("update_contact_phone", {"contact_id": "c-1001", "phone": "+1 555 0101"})
+    page = rita.get("/plans/dashboard/").content.decode()
+    title = "Update the phone number of one contact in the agent&#x27;s workspace"
+    assert f"<title>{title}</title>Update the phone number of…</text>" in page
+
+
+def test_the_favicon_is_served_from_static(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == "/static/favicon.svg"
+    assert (ROOT / "static" / "favicon.svg").read_text().startswith("<svg")
