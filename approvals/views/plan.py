@@ -343,6 +343,7 @@ def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
         status = 422
     context = {
         "plan": plan,
+        "title": action_texts(plan.action, get_language())["title"],
         "editable": plan.status == PlanStatus.AWAITING_APPROVAL,
         "fields": _edit_fields(plan, posted, errors),
         "problems": problems,
