@@ -247,3 +247,21 @@ def test_axe_finds_no_serious_violation(chromium, one_of_each):
     print(json.dumps(found, indent=2))
     assert {name: serious(v) for name, v in found.items() if serious(v)} == {}
     assert all(isinstance(v, list) for v in found.values()) and len(found) == 7
+
+
+def test_the_form_checks_freshness_again_as_the_reviewer_reaches_it(chromium, agent_api, upstream):
+    plan = agent_api.propose()
+    page = chromium()
+    log_in(page)
+    page.goto(f"/plans/{plan['id']}/")
+    assert "still as previewed" in page.get_by_test_id("freshness").inner_text()
+    approve = page.get_by_role("button", name=f"Approve {plan['short_code']}")
+    assert approve.count() == 1
+    # Another change lands while the reviewer reads; reaching the form checks again, and
+    # the page, reloaded, no longer offers Approve.
+    upstream.mutate("/contacts/c-1001", {"phone": "+1 555 0199"})
+    with page.expect_navigation():
+        page.keyboard.press("a")
+    assert "changed since the preview" in page.get_by_test_id("freshness-warning").inner_text()
+    assert approve.count() == 0
+    assert page.get_by_role("button", name="Preview again").count() == 1
