@@ -12,7 +12,7 @@
 #   make clean   remove var/ and caches (keeps .venv)
 #   make messages     refresh the pt_BR catalog under config/locale/ and compile it (.po and .mo
 #                     are both committed; translate new entries before committing)
-#   make screenshots  the queue and plan page as PNGs in docs/screenshots/ (needs Chromium)
+#   make screenshots  the queue and a plan page, desktop and phone, in docs/screenshots/ (Chromium)
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c

@@ -20,6 +20,7 @@ from .lib.http import FORM_CONTENT_TYPE
 from .models import Action, ActionVersion, Connector
 from .rules import rule_operator
 from .spec import VERIFIABLE_KINDS, pattern_problem
+from .text import ENGLISH, languages_of, localized
 
 SCHEMA_PATH = Path(__file__).with_name("catalog.schema.json")
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -246,9 +247,12 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
     card = action.get("card") or {}
     if action.get("enabled", True):
         for key in ("effect", "scope", "result", "consent", "retry"):
-            if not str(card.get(key, "")).strip():
+            texts = card.get(key)
+            texts = list(texts.values()) if isinstance(texts, dict) else [texts or ""]
+            if not all(str(text).strip() for text in texts):
                 problem(f"/card/{key}", "an enabled action needs a complete card")
     out.extend(_check_reads_and_results(base, action, properties))
+    out.extend(_check_languages(base, action))
     approval = action.get("approval") or {}
     if (
         isinstance(approval, dict)
@@ -347,6 +351,18 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
                 "with set_credential",
             )
     return out
+
+
+def _check_languages(base: str, action: dict[str, Any]) -> list[CatalogProblem]:
+    """A text given per language has an English one: the agent API, the MCP server and
+    the stored plan speak English, and the pages fall back to it."""
+    texts = [(f"/{key}", action.get(key)) for key in ("title", "summary", "label", "button")]
+    texts += [(f"/card/{key}", text) for key, text in (action.get("card") or {}).items()]
+    return [
+        CatalogProblem(base + where, f"a text given per language needs an {ENGLISH!r} one")
+        for where, text in texts
+        if languages_of(text) and ENGLISH not in {tag.lower() for tag in languages_of(text)}
+    ]
 
 
 # Headers the write client, the executor or HTTP itself set: a fixed header may not.
@@ -461,7 +477,7 @@ def _check_reads_and_results(
         if "max_length" in spec and spec["type"] != "string":
             problem(f"{where}/max_length", "max_length is for string fields")
     card = action.get("card") or {}
-    promised = _PROMISES_ID.search(str(card.get("result", "")))
+    promised = _PROMISES_ID.search(localized(card.get("result", "")))
     if (
         action.get("enabled", True)
         and promised
@@ -712,7 +728,8 @@ def action_define(
     new_digest = digest(definition)
     connector = Connector.objects.get(name=definition["connector"])
     fields = {
-        "title": definition["title"],
+        # The column holds the English title (search, the admin, the API).
+        "title": localized(definition["title"]),
         "description": definition.get("description", ""),
         "connector": connector,
         "kind": definition["kind"],

@@ -22,6 +22,8 @@ import re2
 from django.conf import settings
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from .text import localized, localized_card
+
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ABSENT = object()
 
@@ -303,18 +305,20 @@ class ActionSpec:
         verify = bool(d.get("verify", True)) and kind in VERIFIABLE_KINDS and read is not None
         return cls(
             name=name,
-            title=d["title"],
+            # The English text (agents, the stored plan); the pages localize from the
+            # definition (actions/text.py).
+            title=localized(d["title"]),
             description=d.get("description", ""),
             connector=d["connector"],
             kind=kind,
             consequence_class=cls_name,
-            card=dict(d["card"]),
+            card=localized_card(d["card"]),
             input_schema=d["input_schema"],
             target=target,
             read=read,
             version=version,
             write=write,
-            summary=d.get("summary", ""),
+            summary=localized(d.get("summary", "")),
             approval=approval,
             status=status,
             result=result,
@@ -350,12 +354,17 @@ class ActionSpec:
         rendered = _render(template, values)
         return None if rendered is _ABSENT else rendered
 
-    def render_summary(self, values: dict[str, Any]) -> str:
-        """The action's own markdown sentence, with input values escaped as code."""
-        if not self.summary:
+    def render_summary(self, values: dict[str, Any], template: str | None = None) -> str:
+        """The action's own markdown sentence (or ``template``, the same sentence in
+        another language), with input values escaped as code."""
+        template = self.summary if template is None else template
+        if not template:
             return ""
         fields = {key: markdown_code(value) for key, value in values.items()}
-        return string.Formatter().vformat(self.summary, (), _Missing(fields))
+        try:
+            return string.Formatter().vformat(template, (), _Missing(fields))
+        except (ValueError, IndexError, AttributeError):
+            return template
 
 
 MAX_FORM_DEPTH = 8

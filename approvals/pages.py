@@ -47,6 +47,8 @@ PAGE_ERROR_MESSAGES = [
     gettext_noop("this plan was already previewed again"),
     gettext_noop("nothing was changed"),
     gettext_noop("approve or deny"),
+    gettext_noop("type the target's id or name to approve an irreversible change"),
+    gettext_noop("the target has not changed since this preview"),
 ]
 PAGE_ERROR_TITLES = {
     "bad-request": gettext_lazy("The request cannot be processed"),

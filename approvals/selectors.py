@@ -107,14 +107,36 @@ def queue_page(filters: dict[str, str], after: str, size: int) -> tuple[list[Pla
         rows = rows[:size]
         last = rows[-1]
         next_cursor = _cursor_encode(getattr(last, column), last.id)
+    crowded = _crowded_targets(rows)
     now = timezone.now()
     for plan in rows:
+        plan.same_target = crowded.get(_target_key(plan.target), 0) - 1
         plan.approvals_needed = max(0, plan.required_approvals - plan.approvals_given)
         plan.expired_now = plan.expires_at <= now
         plan.expiring_soon = (
             plan.status == PlanStatus.AWAITING_APPROVAL and plan.expires_at - now < EXPIRING_SOON
         )
     return rows, next_cursor
+
+
+def _target_key(target: dict[str, Any]) -> tuple[str, str]:
+    return (str(target.get("connector", "")), str(target.get("path", "")))
+
+
+def _crowded_targets(rows: list[Plan]) -> dict[tuple[str, str], int]:
+    """How many plans awaiting a decision touch each target of this page, where more
+    than one does: approving one may make the others' previews obsolete. One query,
+    whatever the page's size."""
+    paths = {plan.target.get("path", "") for plan in rows}
+    if not paths:
+        return {}
+    counts = (
+        Plan.objects.filter(status=PlanStatus.AWAITING_APPROVAL, target__path__in=sorted(paths))
+        .values("target__connector", "target__path")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+    )
+    return {(str(c["target__connector"]), str(c["target__path"])): c["n"] for c in counts}
 
 
 def queue_page_size(raw: str | None) -> int:
@@ -141,6 +163,21 @@ def plan_for_review(plan_id) -> Plan:
 
 def plan_attempt(plan: Plan) -> Attempt | None:
     return Attempt.objects.filter(plan=plan).first()
+
+
+def plan_same_target(plan: Plan, limit: int = 5) -> list[Plan]:
+    """Other plans awaiting a decision on this plan's target, newest first."""
+    target = plan.target or {}
+    return list(
+        Plan.objects.select_related("action")
+        .filter(
+            status=PlanStatus.AWAITING_APPROVAL,
+            target__connector=target.get("connector"),
+            target__path=target.get("path"),
+        )
+        .exclude(id=plan.id)
+        .order_by("-created_at", "-id")[:limit]
+    )
 
 
 def plan_newest_revision(plan: Plan) -> Plan | None:
@@ -196,6 +233,19 @@ def audit_page(events: QuerySet[AuditEvent], *, after: int, size: int):
     whether there is another page after it."""
     if after:
         events = events.filter(id__lt=after)
+    # The plan's short code and action name come along in the same query (a join), and
+    # only those: a plan's previews are large.
+    events = events.select_related("plan__action").only(
+        "id",
+        "at",
+        "kind",
+        "actor",
+        "fingerprint",
+        "data",
+        "hash",
+        "plan__fingerprint",
+        "plan__action__name",
+    )
     rows = list(events.order_by("-id")[: size + 1])
     return rows[:size], len(rows) > size
 

@@ -45,6 +45,7 @@ from actions.preview import PreviewError, compute_preview
 from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
+from .freshness import plan_freshness
 from .grants import grant_approve, grant_match
 from .lifecycle import plan_transition
 from .models import Approval, IdempotencyRecord, Plan, PlanStatus
@@ -727,19 +728,64 @@ def _plan_revise(*, original: Plan, reviewer, input: dict[str, Any], why: str) -
 
 
 def plan_preview_again(*, plan_id, reviewer) -> Plan:
-    """A stale plan, proposed again with the same agent, action, input and reason."""
+    """Propose a plan again with the same agent, action, input and reason: a stale plan,
+    or one still awaiting a decision whose target changed since its preview (then the
+    original is cancelled as superseded, as an edit does). The target is read first,
+    outside any transaction: an awaiting plan whose preview still holds stays as it is.
+    """
     if not can_review(reviewer):
         raise NotAllowed("you are not a reviewer")
     original = Plan.objects.select_related("action", "agent").filter(id=plan_id).first()
     if original is None:
         raise NotFound("no such plan")
-    if original.status != PlanStatus.STALE:
+    if original.status not in (PlanStatus.STALE, PlanStatus.AWAITING_APPROVAL):
         raise InvalidTransition(
-            f"only a stale plan can be previewed again; this one is {original.status}"
+            "only a stale plan, or one whose target changed since its preview, can be "
+            f"previewed again; this one is {original.status}"
         )
     if original.revisions.exists():
         raise InvalidTransition("this plan was already previewed again")
-    return _plan_revise(original=original, reviewer=reviewer, input=original.input, why="stale")
+    if original.status == PlanStatus.STALE:
+        return _plan_revise(original=original, reviewer=reviewer, input=original.input, why="stale")
+    if not plan_freshness(original).obsolete:
+        raise InvalidTransition("the target has not changed since this preview")
+    revision = _plan_revise(original=original, reviewer=reviewer, input=original.input, why="moved")
+    _supersede(
+        original,
+        revision,
+        actor=user_actor(reviewer),
+        detail="superseded: the target changed since the preview and a reviewer previewed it again",
+    )
+    return revision
+
+
+def _supersede(original: Plan, revision: Plan, *, actor: str, detail: str) -> None:
+    """Cancel ``original`` for ``revision``; if it was decided meanwhile, cancel the
+    revision instead, so exactly one of the two stays decidable."""
+    now = timezone.now()
+    try:
+        plan_transition(
+            original,
+            to=PlanStatus.CANCELLED,
+            actor=actor,
+            event="plan.superseded",
+            data={"superseded_by": str(revision.id)},
+            finished_at=now,
+            outcome_detail=detail,
+        )
+    except InvalidTransition:
+        Plan.objects.filter(id=revision.id).update(revision_of=None)
+        plan_transition(
+            revision,
+            to=PlanStatus.CANCELLED,
+            actor=actor,
+            event="plan.cancelled",
+            finished_at=now,
+            outcome_detail="the original plan was decided before the edit was saved",
+        )
+        raise InvalidTransition(
+            "the plan was decided while you edited it; nothing was replaced"
+        ) from None
 
 
 def plan_edit(*, plan_id, reviewer, input: Any) -> Plan:
@@ -761,29 +807,7 @@ def plan_edit(*, plan_id, reviewer, input: Any) -> Plan:
     if isinstance(input, dict) and normalize(input) == original.input:
         raise InvalidInput(errors=[{"pointer": "/input", "message": "nothing was changed"}])
     revision = _plan_revise(original=original, reviewer=reviewer, input=input, why="edit")
-    actor = user_actor(reviewer)
-    now = timezone.now()
-    try:
-        plan_transition(
-            original,
-            to=PlanStatus.CANCELLED,
-            actor=actor,
-            event="plan.superseded",
-            data={"superseded_by": str(revision.id)},
-            finished_at=now,
-            outcome_detail="superseded by a reviewer's edit",
-        )
-    except InvalidTransition:
-        Plan.objects.filter(id=revision.id).update(revision_of=None)
-        plan_transition(
-            revision,
-            to=PlanStatus.CANCELLED,
-            actor=actor,
-            event="plan.cancelled",
-            finished_at=now,
-            outcome_detail="the original plan was decided before the edit was saved",
-        )
-        raise InvalidTransition(
-            "the plan was decided while you edited it; nothing was replaced"
-        ) from None
+    _supersede(
+        original, revision, actor=user_actor(reviewer), detail="superseded by a reviewer's edit"
+    )
     return revision

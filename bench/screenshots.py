@@ -1,7 +1,11 @@
-"""Screenshots of the reviewer pages for the README: the queue and a plan page with a diff.
+"""Screenshots of the reviewer pages for the README: the queue, and a plan page on a
+desktop (1280 px wide) and on a phone (390 px).
 
-    .venv/bin/python bench/screenshots.py [--out docs/screenshots] [--language en]
+    .venv/bin/python bench/screenshots.py [--out docs/screenshots] [--language en] [--every-kind]
     make screenshots
+
+``--every-kind`` also writes the plan page of one plan of each change kind, at both sizes
+(``plan-<action>.png``, ``plan-<action>-phone.png``), the first viewport only.
 
 Needs nothing but the virtualenv and Chromium (/usr/bin/chromium): the product runs in
 embedded mode (SQLite and keys in a scratch directory, removed afterwards) against the
@@ -25,9 +29,11 @@ if str(ROOT) not in sys.path:
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
 PASSWORD = "pw-screenshots"
-# (age in minutes, action, input, reason), oldest first; the last one is the plan page's
-# subject. The oldest is close to expiring, so the queue shows its warning.
+# (age in minutes, action, input, reason), oldest first. The oldest is close to expiring,
+# so the queue shows its warning; SUBJECT is the plan page the README shows.
+SUBJECT = "delete_contact"
 PLANS = [
     (
         52,
@@ -54,12 +60,35 @@ PLANS = [
         },
         "The runbook missed the sweeper step during last night's incident.",
     ),
+    (
+        1,
+        "create_contact",
+        {
+            "contact_id": "c-1004",
+            "name": "Katherine Johnson",
+            "email": "katherine@example.test",
+            "workspace": "ws-blue",
+        },
+        "New contact from the conference sign-up sheet.",
+    ),
+    (
+        1,
+        "send_reminder",
+        {
+            "customer_id": "cus-77",
+            "channel": "email",
+            "send_at": "2030-01-15T09:00:00Z",
+            "message": "Hello! Invoice **inv-2001** (120.00 EUR) is due on 31 January.\n\n"
+            "- pay by card on the portal\n- or reply to this message",
+        },
+        "The customer asked to be reminded a week before the due date.",
+    ),
 ]
 
 
-def prepare(upstream_url: str) -> str:
+def prepare(upstream_url: str) -> dict[str, str]:
     """Migrate, load the demo catalog, add a reviewer and an agent, propose the plans.
-    Returns the id of the plan to show."""
+    Returns the plans' ids by action."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Permission
     from django.core.management import call_command
@@ -89,7 +118,7 @@ def prepare(upstream_url: str) -> str:
     agent, _ = agent_create(name="billing-assistant", action_names=names, active=True)
     Agent.objects.filter(pk=agent.pk).update(attributes={"workspace": "ws-blue"})
     agent.refresh_from_db()
-    plan = None
+    ids = {}
     for minutes, action, data, reason in PLANS:
         plan, _ = plan_submit(agent=agent, action_name=action, input=data, reason=reason)
         # As if proposed a while ago (ages and countdowns as a reviewer would meet them).
@@ -97,10 +126,24 @@ def prepare(upstream_url: str) -> str:
         Plan.objects.filter(id=plan.id).update(
             created_at=F("created_at") - ago, expires_at=F("expires_at") - ago
         )
-    return str(plan.id)
+        ids[action] = str(plan.id)
+    return ids
 
 
-def capture(url: str, plan_id: str, out: Path, language: str) -> list[Path]:
+def _log_in(browser, url: str, viewport: dict, language: str):
+    context = browser.new_context(base_url=url, viewport=viewport, locale=language)
+    page = context.new_page()
+    page.goto("/accounts/login/")
+    page.locator("input[name=username]").fill("rita")
+    page.locator("input[name=password]").fill(PASSWORD)
+    page.locator("form button.primary").click()
+    page.wait_for_url("**/plans/")
+    return page
+
+
+def capture(
+    url: str, ids: dict[str, str], out: Path, language: str, every_kind: bool = False
+) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     shots = []
@@ -108,20 +151,25 @@ def capture(url: str, plan_id: str, out: Path, language: str) -> list[Path]:
         browser = p.chromium.launch(
             executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
         )
-        context = browser.new_context(base_url=url, viewport=VIEWPORT, locale=language)
-        page = context.new_page()
-        page.goto("/accounts/login/")
-        page.locator("input[name=username]").fill("rita")
-        page.locator("input[name=password]").fill(PASSWORD)
-        page.locator("form button.primary").click()
-        page.wait_for_url("**/plans/")
+        page = _log_in(browser, url, VIEWPORT, language)
         page.wait_for_timeout(1200)  # countdown.js has ticked: "in 59m 58s"
         shots.append(out / "queue.png")
         page.screenshot(path=str(shots[-1]))
-        page.goto(f"/plans/{plan_id}/")
+        page.goto(f"/plans/{ids[SUBJECT]}/")
         page.wait_for_timeout(1200)
         shots.append(out / "plan.png")
         page.screenshot(path=str(shots[-1]), full_page=True)
+        phone = _log_in(browser, url, PHONE, language)
+        phone.goto(f"/plans/{ids[SUBJECT]}/")
+        phone.wait_for_timeout(1200)
+        shots.append(out / "plan-phone.png")
+        phone.screenshot(path=str(shots[-1]))
+        if every_kind:
+            for action, plan_id in ids.items():
+                for suffix, where in (("", page), ("-phone", phone)):
+                    where.goto(f"/plans/{plan_id}/")
+                    shots.append(out / f"plan-{action}{suffix}.png")
+                    where.screenshot(path=str(shots[-1]))
         browser.close()
     return shots
 
@@ -130,6 +178,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--language", default="en", help="the browser's locale, e.g. pt-BR")
+    parser.add_argument(
+        "--every-kind", action="store_true", help="also each plan's first viewport, both sizes"
+    )
     args = parser.parse_args()
     if not shutil.which(CHROMIUM):
         raise SystemExit(f"needs Chromium at {CHROMIUM}")
@@ -157,10 +208,10 @@ def main() -> None:
     upstream = DemoUpstream().start()
     web = None
     try:
-        plan_id = prepare(upstream.url)
+        ids = prepare(upstream.url)
         connections.close_all()  # SQLite: the web server writes sessions next
         web, url = start_web(dict(os.environ), scratch)
-        for shot in capture(url, plan_id, args.out, args.language):
+        for shot in capture(url, ids, args.out, args.language, args.every_kind):
             print(f"wrote {shot.relative_to(ROOT) if shot.is_relative_to(ROOT) else shot}")
     finally:
         if web is not None:

@@ -33,6 +33,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     except ValueError:
         after = 0
     rows, more = audit_page(events, after=after, size=AUDIT_PAGE_SIZE)
+    for event in rows:
+        event.pairs = _pairs(event.data)
     kept = {k: v for k, v in filters.items() if v}
     next_url = "?" + urlencode({**kept, "after": rows[-1].id}) if more else ""
     query = urlencode(kept)
@@ -47,6 +49,17 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "agents": Agent.objects.order_by("name").values_list("name", flat=True),
     }
     return render(request, "approvals/audit.html", context)
+
+
+def _pairs(data: Any) -> list[tuple[str, str]]:
+    """An event's data as key/value pairs a person reads: text as it is, anything else as
+    compact JSON (the exports keep the exact JSON)."""
+    if not isinstance(data, dict):
+        return [("", json.dumps(data, ensure_ascii=False))] if data not in (None, "") else []
+    return [
+        (str(key), value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        for key, value in sorted(data.items())
+    ]
 
 
 def _export_row(event: AuditEvent) -> dict[str, Any]:

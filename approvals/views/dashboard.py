@@ -9,10 +9,11 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import formats, timezone
-from django.utils.translation import gettext, pgettext_lazy
+from django.utils.translation import get_language, gettext, pgettext_lazy
 from django.views.decorators.http import require_GET
 
-from actions.models import ConsequenceClass
+from actions.models import Action, ConsequenceClass
+from actions.text import localized
 
 from ..heartbeats import heartbeat_status
 from ..models import PlanStatus
@@ -42,7 +43,8 @@ OUTCOME_GROUPS = {
     ),
     "open": (pgettext_lazy("outcome", "Open"), PlanStatus.in_flight() | {PlanStatus.PENDING}),
 }
-BAR_WIDTH = 600  # the SVG's drawing width for the longest bar, in user units
+BAR_WIDTH = 560  # the SVG's drawing width for the longest bar, in user units
+LABEL_CHARS = 30  # what fits left of the bars at 13px (the full label is the tooltip)
 
 
 def _percentile(sorted_values: list[float], fraction: float) -> float | None:
@@ -65,13 +67,39 @@ def _duration(seconds: float | None) -> str:
     return gettext("%(n)s h") % {"n": formats.number_format(seconds / 3600, 1)}
 
 
+def _short(label: str, limit: int = LABEL_CHARS) -> str:
+    """A label cut at a word boundary, never mid-word, with an ellipsis if cut."""
+    label = " ".join(str(label).split())
+    if len(label) <= limit:
+        return label
+    cut = label[: limit - 1].rsplit(" ", 1)[0] if " " in label[: limit - 1] else label[: limit - 1]
+    return cut.rstrip(" ,;:-") + "…"
+
+
 def _bars(counts: list[tuple[str, int]]) -> list[dict[str, Any]]:
     """Horizontal bars scaled to the largest count, laid out for an SVG."""
     top = max((n for _, n in counts), default=0) or 1
     return [
-        {"label": label, "count": n, "y": i * 28, "width": round(BAR_WIDTH * n / top)}
+        {
+            "label": label,
+            "short": _short(label),
+            "count": n,
+            "y": i * 28,
+            "width": round(BAR_WIDTH * n / top),
+        }
         for i, (label, n) in enumerate(counts)
     ]
+
+
+def _titled(counts: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Actions' names as their titles in the reader's language (one query)."""
+    titles = dict(
+        Action.objects.filter(name__in=[name for name, _ in counts]).values_list(
+            "name", "definition__title"
+        )
+    )
+    language = get_language()
+    return [(localized(titles.get(name), language) or name, n) for name, n in counts]
 
 
 @require_GET
@@ -110,7 +138,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         )
     waits = decision_waits(since)
     top_agents = busiest(since, "agent__name")
-    top_actions = busiest(since, "action__title")
+    top_actions = _titled(busiest(since, "action__name"))
     machinery = heartbeat_status()
     context = {
         "days": DASHBOARD_DAYS,

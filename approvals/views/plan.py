@@ -1,29 +1,57 @@
 """A plan's page: what would change, the decision bound to the fingerprint, the live
-outcome; and the plan's forms (decide, revoke, check now, resolve, preview again, edit)."""
+outcome; and the plan's forms (decide, revoke, check now, resolve, preview again, edit).
+
+The page is built for a decision in seconds: one summary line first (verb, target, the
+object's name, class, approvals, expiry), the changed fields right under it, then the
+decision, which asks more the more a mistake costs (one click; the effect named on the
+button; typing what an irreversible change destroys). Before offering Approve it checks
+that the target is still as previewed (approvals/freshness.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
-import markdown
-import nh3
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.utils.translation import gettext, gettext_lazy, gettext_noop
+from django.utils.translation import (
+    get_language,
+    gettext,
+    gettext_lazy,
+    gettext_noop,
+    pgettext_lazy,
+)
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRefresh
 
-from actions.lib.exceptions import CountersignError, NotFound
+from actions.lib.exceptions import CountersignError, InvalidInput, NotFound
 from actions.preview import diff
 from actions.spec import VERIFIABLE_KINDS
 
-from ..diffs import is_long_text, only_version_moved, word_diff
+from ..diffs import only_version_moved
+from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshness
 from ..models import Plan, PlanStatus
 from ..pages import page_error, plan_page
-from ..selectors import plan_attempt, plan_for_review, plan_newest_revision
+from ..review import (
+    action_texts,
+    approve_words,
+    change_rows,
+    confirmation_matches,
+    confirmation_words,
+    field_rows,
+    message_of,
+    needs_typed_confirmation,
+    plan_label,
+    plan_summary_html,
+    target_id,
+    unchanged_rows,
+    value_text,
+)
+from ..selectors import plan_attempt, plan_for_review, plan_newest_revision, plan_same_target
 from ..services import (
     approval_record,
     approval_revoke,
@@ -33,40 +61,32 @@ from ..services import (
     plan_resolve,
 )
 
-RENDERED_TAGS = {
-    "p",
-    "strong",
-    "em",
-    "code",
-    "pre",
-    "ul",
-    "ol",
-    "li",
-    "br",
-    "blockquote",
-    "h3",
-    "h4",
+# The summary line's verb, by change kind (a reviewer's word, not the HTTP method).
+KIND_VERBS = {
+    "create": pgettext_lazy("change kind", "CREATE"),
+    "update": pgettext_lazy("change kind", "UPDATE"),
+    "replace": pgettext_lazy("change kind", "REPLACE"),
+    "delete": pgettext_lazy("change kind", "DELETE"),
+    "invoke": pgettext_lazy("change kind", "SEND"),
 }
-
-
-def render_markdown(text: str) -> str:
-    """Markdown to HTML, then sanitized: whatever the source, only harmless tags survive."""
-    html = markdown.markdown(text or "", extensions=["fenced_code"], output_format="html")
-    return nh3.clean(html, tags=RENDERED_TAGS, attributes={}, link_rel=None)
-
-
-def _pretty(value) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-
-
-def _change_rows(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
-    for c in changes:
-        row = {**c, "before_text": _pretty(c["before"]), "after_text": _pretty(c["after"])}
-        if c["op"] == "replace" and is_long_text(c["before"], c["after"]):
-            row["word_diff"] = word_diff(c["before"], c["after"])
-        rows.append(row)
-    return rows
+# The consequence class in one word, for the summary line (the badge has the long name).
+CLASS_WORDS = {
+    "observation": pgettext_lazy("class", "observation"),
+    "reversible": pgettext_lazy("class", "reversible"),
+    "external": pgettext_lazy("class", "external"),
+    "irreversible": pgettext_lazy("class", "irreversible"),
+}
+FRESHNESS_WORDS = {
+    MOVED: gettext_lazy("The target changed since the preview: preview again before deciding."),
+    GONE: gettext_lazy("The target no longer exists: this plan cannot succeed."),
+    APPEARED: gettext_lazy("The target was created since the preview: preview again."),
+    UNCHECKED: gettext_lazy(
+        "Could not check whether the target changed since the preview; the worker checks "
+        "again right before writing."
+    ),
+}
+# Without JavaScript nothing polls: the page reloads itself while the worker is busy.
+NO_SCRIPT_REFRESH_SECONDS = 5
 
 
 def _revision_context(plan: Plan) -> dict[str, Any]:
@@ -80,7 +100,7 @@ def _revision_context(plan: Plan) -> dict[str, Any]:
     version_field = spec_version.field if spec_version and spec_version.source == "field" else ""
     return {
         "original": original,
-        "target_moved": _change_rows(moved),
+        "target_moved": change_rows(moved),
         "same_changes": same_changes,
         "same_after": original.after == plan.after,
         "only_version_moved": same_changes and only_version_moved(moved, version_field),
@@ -93,6 +113,9 @@ OUTCOME_DETAILS = [
     gettext_noop("no decision before the plan expired"),
     gettext_noop("denied by a reviewer"),
     gettext_noop("superseded by a reviewer's edit"),
+    gettext_noop(
+        "superseded: the target changed since the preview and a reviewer previewed it again"
+    ),
     gettext_noop("the original plan was decided before the edit was saved"),
     gettext_noop("the target changed after the preview; nothing was written; propose again"),
     gettext_noop("refused before sending: the write credential cannot be opened"),
@@ -107,48 +130,125 @@ CHECK_VERDICTS = {
 }
 
 
+def _change_context(plan: Plan) -> dict[str, Any]:
+    """The change as rows: changed fields (before and after) with the untouched ones as
+    context; a create's or delete's whole record; an invoke's message and recipients."""
+    if plan.kind == "create":
+        return {"record_rows": field_rows(plan.after)}
+    if plan.kind == "delete":
+        return {"record_rows": field_rows(plan.before)}
+    if plan.kind == "invoke":
+        message_html, rows = message_of(plan.after)
+        return {"message_html": message_html, "record_rows": rows}
+    return {
+        "changes": change_rows(plan.changes),
+        "unchanged": unchanged_rows(plan.before, plan.changes),
+    }
+
+
+def _request_text(write_request: dict[str, Any]) -> str:
+    """The exact request, without the keys that say nothing (no body, no content type)."""
+    shown = {k: v for k, v in (write_request or {}).items() if v not in (None, {}, [])}
+    return json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _seen_token(plan: Plan, approvals: list, verdict: str) -> str:
+    """What the live box shows, in a few bytes: the poll is answered 204 (no swap, so
+    nothing is announced again to a screen reader) while it has not changed."""
+    state = [plan.status, plan.outcome_detail, plan.upstream_status, verdict]
+    state += [(a.reviewer_id, a.decision) for a in approvals]
+    return hashlib.sha256(repr(state).encode()).hexdigest()[:16]
+
+
 @require_GET
 @plan_page
 @vary_on_headers("HX-Request")
 def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
     plan = plan_for_review(plan_id)
-    approvals = list(plan.approvals.select_related("reviewer"))
-    approved_by = [a for a in approvals if a.decision == "approve"]
-    superseded_by = plan_newest_revision(plan)
+    language = get_language()
+    part = request.GET.get("part", "") if request.htmx else ""
     awaiting = plan.status == PlanStatus.AWAITING_APPROVAL
     # The sweeper moves it to expired within a period; until then it only looks awaiting.
     expired = awaiting and plan.expires_at <= timezone.now()
+    decidable = awaiting and not expired
+    if part == "freshness":
+        # Asked again by the decision form as the reviewer reaches it: a preview made
+        # obsolete meanwhile reloads the page, which then offers "preview again".
+        freshness = plan_freshness(plan) if decidable else None
+        if freshness is None or freshness.obsolete:
+            return HttpResponseClientRefresh()
+        return render(
+            request,
+            "approvals/plan_detail.html#freshness",
+            {
+                "plan": plan,
+                "freshness": freshness.state,
+                "checked_at": timezone.now(),
+                "rechecked": True,
+            },
+        )
+    approvals = list(plan.approvals.select_related("reviewer"))
+    approved_by = [a for a in approvals if a.decision == "approve"]
     attempt = plan_attempt(plan)
     verdict = (attempt.reconciliation or {}).get("verdict", "") if attempt else ""
+    seen = _seen_token(plan, approvals, verdict)
+    if request.htmx and request.GET.get("seen") == seen:
+        return HttpResponse(status=204)
+    superseded_by = plan_newest_revision(plan)
+    live = plan.status in PlanStatus.in_flight() or plan.status == PlanStatus.PENDING
     context = {
         "plan": plan,
-        "card": plan.action.spec.card,
-        "summary_html": render_markdown(plan.summary_markdown),
-        "changes": _change_rows(plan.changes),
-        "write_request_text": _pretty(plan.write_request),
-        "expected_text": _pretty(plan.precondition.get("expected")),
+        "seen": seen,
+        "verb": KIND_VERBS.get(plan.kind, plan.kind),
+        "class_word": CLASS_WORDS.get(plan.consequence_class, plan.consequence_class),
+        "label": plan_label(plan, language),
+        "target_id": target_id(plan),
         "approvals": approvals,
         "approved_by": approved_by,
         "approvals_missing": max(0, plan.required_approvals - len(approved_by)),
         "already_decided": any(a.reviewer_id == request.user.id for a in approvals),
-        "decidable": awaiting and not expired,
+        "decidable": decidable,
         "expired": expired,
         "superseded_by": superseded_by,
         "can_preview_again": plan.status == PlanStatus.STALE and superseded_by is None,
         # Unknown waits for a person (who may be typing a resolution): no auto-refresh.
-        "live": plan.status in PlanStatus.in_flight() or plan.status == PlanStatus.PENDING,
+        "live": live,
+        "no_script_refresh": NO_SCRIPT_REFRESH_SECONDS
+        if live and not awaiting and not request.htmx
+        else 0,
         "attempt": attempt,
         "result_fields": [f.name for f in plan.action.spec.result],
         "verify": plan.action.spec.verify,
         "verifiable": plan.kind in VERIFIABLE_KINDS,
         "last_check": CHECK_VERDICTS.get(verdict, verdict),
         "outcome_detail": gettext(plan.outcome_detail) if plan.outcome_detail else "",
-        **_revision_context(plan),
     }
-    template = "approvals/plan_detail.html"
     if request.htmx:
-        template += "#plan-status"
-    return render(request, template, context)
+        return render(request, "approvals/plan_detail.html#plan-status", context)
+    freshness = NOTHING
+    if decidable and not context["already_decided"]:
+        freshness = plan_freshness(plan).state
+    texts = action_texts(plan.action, language)
+    context.update(
+        {
+            **texts,
+            **_change_context(plan),
+            **_revision_context(plan),
+            "summary_html": plan_summary_html(plan, language),
+            "request_text": _request_text(plan.write_request),
+            "expected_text": value_text(plan.precondition.get("expected")),
+            "freshness": freshness,
+            "freshness_words": FRESHNESS_WORDS.get(freshness, ""),
+            "obsolete": freshness in (MOVED, GONE, APPEARED),
+            "checked_at": timezone.now(),
+            "same_target": plan_same_target(plan) if awaiting else [],
+            "approve_words": approve_words(plan, language),
+            "typed_confirmation": needs_typed_confirmation(plan),
+            "confirmation_words": confirmation_words(plan),
+            "editable": decidable and plan.kind != "delete",
+        }
+    )
+    return render(request, "approvals/plan_detail.html", context)
 
 
 @require_POST
@@ -247,6 +347,7 @@ def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
         status = 422
     context = {
         "plan": plan,
+        "title": action_texts(plan.action, get_language())["title"],
         "editable": plan.status == PlanStatus.AWAITING_APPROVAL,
         "fields": _edit_fields(plan, posted, errors),
         "problems": problems,
@@ -258,6 +359,21 @@ def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
 @plan_page
 def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
     decision = request.POST.get("decision", "")
+    if decision == "approve":
+        # Checked here as well as in the browser, so it holds without JavaScript. An
+        # extra condition on top of the fingerprint binding, which approval_record keeps.
+        plan = plan_for_review(plan_id)
+        if needs_typed_confirmation(plan) and not confirmation_matches(
+            plan, request.POST.get("confirm", "")
+        ):
+            raise InvalidInput(
+                errors=[
+                    {
+                        "pointer": "/confirm",
+                        "message": "type the target's id or name to approve an irreversible change",
+                    }
+                ]
+            )
     approval_record(
         plan_id=plan_id,
         reviewer=request.user,

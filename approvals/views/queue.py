@@ -6,10 +6,12 @@ from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.translation import get_language
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from actions.models import Action, Agent, ConsequenceClass
+from actions.text import localized
 
 from ..models import PlanStatus
 from ..pages import reviewer_page
@@ -24,6 +26,13 @@ def queue(request: HttpRequest) -> HttpResponse:
     size = queue_page_size(request.GET.get("per_page"))
     after = request.GET.get("after", "")
     plans, next_cursor = queue_page(filters, after, size)
+    language = get_language()
+    for plan in plans:
+        plan.title = localized(plan.action.definition.get("title"), language) or plan.action.title
+    actions = [
+        (name, localized(title, language) or name)
+        for name, title in Action.objects.order_by("name").values_list("name", "definition__title")
+    ]
     kept = {k: v for k, v in filters.items() if v}
     if "per_page" in request.GET:
         kept["per_page"] = str(size)
@@ -37,7 +46,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         "statuses": PlanStatus.choices,
         "classes": ConsequenceClass.choices,
         "agents": Agent.objects.order_by("name").values_list("name", flat=True),
-        "actions": Action.objects.order_by("name").values_list("name", "title"),
+        "actions": actions,
     }
     template = "approvals/queue.html"
     if request.htmx:

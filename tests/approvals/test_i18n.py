@@ -185,12 +185,50 @@ def test_the_plan_page_speaks_portuguese(rita, make_plan):
         "O que mudaria",
         f"Aprovar {plan.short_code}",
         ">Negar<",
-        "Aprovações: 0 de 1",
+        '<span data-testid="approval-progress">0 de 1</span>',
         "A solicitação exata que o worker enviará",
         "Impressão digital",
+        # The summary line: the kind and the class in Portuguese, the object's label.
+        '<span class="verb">ALTERAR</span>',
+        ">reversível<",
+        '<span class="label" data-testid="label">Ada Lovelace</span>',
+        # The catalog's own text, per language: the title and the card.
+        "Alterar o e-mail de um contato, proposto pelo agente",
+        "Substitui o endereço de e-mail guardado num registro de contato.",
+        "Alterar o e-mail do contato <code>c-1001</code> para <code>ada@new.example</code>.",
+        "agora mesmo",  # proposed under a minute ago: never "há 0 minuto"
     ):
         assert words in page, words
     assert "Approve " not in page and "What would change" not in page
+    assert "0 minuto" not in page
+    title = re.search(r"<title>(.*?)</title>", page, re.S).group(1)
+    assert title.startswith("ALTERAR demo /contacts/c-1001 · Ada Lovelace · reversível · 0 de 1")
+    english = text_of(rita.get(plan.get_absolute_url()))
+    assert "Update one contact&#x27;s email address, proposed by agent" in english
+    assert "Replaces the email address stored on one contact record." in english
+    assert "just now" in english and "0 minutes" not in english
+
+
+def test_ages_are_just_now_then_minutes_in_both_languages(make_plan):
+    from approvals.templatetags.review import ago
+
+    now = timezone.now()
+    with translation.override("pt-br"):
+        assert ago(now - timedelta(seconds=10)) == "agora mesmo"
+        assert ago(now - timedelta(minutes=1, seconds=5)) == "há 1\xa0minuto"
+        assert ago(now - timedelta(minutes=5)) == "há 5\xa0minutos"
+    with translation.override("en"):
+        assert ago(now - timedelta(seconds=10)) == "just now"
+        assert ago(now - timedelta(minutes=1, seconds=5)) == "1\xa0minute ago"
+        assert ago(now - timedelta(hours=2, minutes=5)) == "2\xa0hours ago"
+
+
+def test_the_queue_shows_the_catalogs_titles_in_the_readers_language(rita, make_plan):
+    make_plan("delete_contact", {"contact_id": "c-1002"})
+    page = text_of(rita.get(reverse("approvals:queue"), **PT))
+    assert ">Excluir um contato permanentemente</a>" in page
+    assert ">Excluir um contato permanentemente</option>" in page  # the action filter
+    assert ">Delete one contact permanently</a>" in text_of(rita.get(reverse("approvals:queue")))
 
 
 def test_messages_and_domain_errors_are_translated(rita, make_plan):

@@ -14,6 +14,7 @@ from django.utils import timezone
 from actions.lib.models import AuditEvent
 from approvals.models import Plan, PlanStatus
 from approvals.views.dashboard import OUTCOME_GROUPS
+from tests.conftest import ROOT
 
 LONG_MEMO_BEFORE = (
     "Thank you for your business. Payment is due within thirty days of the invoice date."
@@ -158,9 +159,10 @@ def test_the_other_pages_are_for_reviewers_only(client, outsider, name):
         ),
         (
             "approvals:plan-preview-again",
-            PlanStatus.AWAITING_APPROVAL,
+            PlanStatus.COMPLETED,
             {},
-            "only a stale plan can be previewed again; this one is awaiting_approval",
+            "only a stale plan, or one whose target changed since its preview, can be "
+            "previewed again; this one is completed",
         ),
     ],
     ids=lambda v: v.split(":")[1] if isinstance(v, str) and ":" in v else None,
@@ -444,11 +446,13 @@ def test_preview_again_says_when_only_the_version_moved(rita, make_plan, upstrea
     assert "Same change as before: only the target's version moved." in text
 
 
-def test_preview_again_refuses_a_plan_that_is_not_stale(rita, make_plan):
+def test_preview_again_refuses_an_awaiting_plan_whose_target_did_not_move(rita, make_plan):
     plan = make_plan()
     response = rita.post(reverse("approvals:plan-preview-again", args=[plan.id]), follow=True)
-    assert "only a stale plan can be previewed again" in response.content.decode()
+    assert "the target has not changed since this preview" in response.content.decode()
     assert not Plan.objects.filter(revision_of=plan).exists()
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.AWAITING_APPROVAL
 
 
 # --- edit, then approve -----------------------------------------------------------------
@@ -664,3 +668,38 @@ def test_every_settled_state_is_in_one_dashboard_outcome_group():
     counted = [s for statuses in groups for s in statuses]
     assert len(counted) == len(set(counted)), "a state is counted twice"
     assert set(PlanStatus) == set(counted), "a state is never counted"
+
+
+def test_audit_shows_short_codes_action_names_and_readable_data(rita, make_plan):
+    plan = make_plan()
+    page = rita.get("/plans/audit/", {"plan": str(plan.id)}).content.decode()
+    row = re.search(r"<tr data-event-id.*?</tr>", page, re.S).group(0)
+    assert f'<code data-testid="event-plan">{plan.short_code}</code>' in row
+    assert "update_contact_email" in row
+    assert "<dt>target</dt><dd>/contacts/c-1001</dd>" in row
+    assert "<dt>action_version</dt><dd>1</dd>" in row
+    assert "{&#x27;" not in row and str(plan.id)[:8] + "<" not in row  # no dict, no UUID prefix
+
+
+def test_dashboard_labels_are_cut_at_a_word_with_the_full_label_as_a_tooltip(
+    rita, make_plan, agent
+):
+    from approvals.views.dashboard import _short
+
+    agent.attributes = {"workspace": "ws-blue"}
+    agent.save(update_fields=["attributes"])
+    assert _short("Update the phone number of one contact in the agent's workspace") == (
+        "Update the phone number of…"
+    )
+    assert _short("Short title") == "Short title"
+    assert _short("x" * 40) == "x" * 29 + "…"
+    make_plan("update_contact_phone", {"contact_id": "c-1001", "phone": "+1 555 0101"})
+    page = rita.get("/plans/dashboard/").content.decode()
+    title = "Update the phone number of one contact in the agent&#x27;s workspace"
+    assert f"<title>{title}</title>Update the phone number of…</text>" in page
+
+
+def test_the_favicon_is_served_from_static(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == "/static/favicon.svg"
+    assert (ROOT / "static" / "favicon.svg").read_text().startswith("<svg")

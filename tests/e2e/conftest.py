@@ -50,9 +50,9 @@ def approve_without_wakeup(monkeypatch, reviewer):
 @pytest.fixture
 def chromium(live, reviewer, second_reviewer, agent_api):
     """Open Chromium pages on demand, each in a context of its own (its own cookies, so
-    its own reviewer; its own locale; JavaScript on or off). Chromium starts with the
-    first page: tests touch the database before that, because Django refuses ORM calls
-    while Playwright's event loop runs in this thread."""
+    its own reviewer; its own locale and window size; JavaScript on or off). Chromium
+    starts with the first page: tests touch the database before that, because Django
+    refuses ORM calls while Playwright's event loop runs in this thread."""
     import shutil
 
     from tests.e2e.test_browser import CHROMIUM
@@ -70,9 +70,8 @@ def chromium(live, reviewer, second_reviewer, agent_api):
                 executable_path=CHROMIUM,
                 args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
             )
-        context = started["browser"].new_context(
-            base_url=live["url"], viewport={"width": 1280, "height": 900}, **context_options
-        )
+        options = {"viewport": {"width": 1280, "height": 900}, **context_options}
+        context = started["browser"].new_context(base_url=live["url"], **options)
         context.set_default_timeout(10_000)
         return context.new_page()
 

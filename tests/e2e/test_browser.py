@@ -56,13 +56,17 @@ def test_reviewer_approves_in_the_browser_and_sees_completion_live(
     log_in(page)
     open_from_queue(page, plan)
 
-    # The action card, the diff and the short code.
-    card = page.locator("section.card")
-    assert "Replaces the email address stored on one contact record." in card.inner_text()
-    diff = page.locator("table.diff")
+    # The summary line, the diff and the short code first; the card a click away.
+    line = page.get_by_test_id("summary-line").inner_text()
+    assert line.startswith("UPDATE demo /contacts/c-1001 · Ada Lovelace · reversible · 0 of 1")
+    assert page.title().startswith("UPDATE demo /contacts/c-1001 · Ada Lovelace")
+    diff = page.locator("section.changes table.diff").first
     assert "/email" in diff.inner_text()
     assert OLD_EMAIL in diff.inner_text() and NEW_EMAIL in diff.inner_text()
     assert page.get_by_test_id("short-code").inner_text() == plan["short_code"]
+    card = page.locator("details.card")
+    card.locator("summary").click()
+    assert "Replaces the email address stored on one contact record." in card.inner_text()
     # The agent's reason is quoted literally: not markup, not markdown.
     reason = page.get_by_test_id("agent-reason")
     assert reason.inner_text().strip() == REASON
@@ -109,6 +113,7 @@ def test_reviewer_denies_in_the_browser_and_nothing_is_written(page, agent_api, 
     assert page.get_by_role("status").filter(has_text="Denied.").count() == 1
     assert status_text(page) == "Denied"
     assert page.get_by_role("button", name="Deny").count() == 0
-    assert "can no longer be decided" in page.locator("section.decision").inner_text()
+    assert page.get_by_test_id("decision-bar").count() == 0
+    assert "can no longer be decided" in page.locator("#plan-status").inner_text()
     assert agent_api.get(plan["id"])["status"] == "denied"
     assert upstream.writes() == []

@@ -88,7 +88,7 @@ def test_a_reconciliation_whose_worker_died_is_still_done_by_the_sweeper(
     assert Plan.objects.get(pk=plan.pk).status == PlanStatus.UNKNOWN
 
     private.start("heir", beat=private.logs / "heir-beat")
-    settled = agent_api.wait_for(str(plan.id), timeout=40)
+    settled = agent_api.wait_for(str(plan.id), timeout=90)
     assert settled["status"] == PlanStatus.COMPLETED, settled
     # What the agent is told about the write comes from the attempt.
     assert settled["outcome"]["request_sent"] is True
