@@ -68,6 +68,7 @@ KIND_VERBS = {
     "replace": pgettext_lazy("change kind", "REPLACE"),
     "delete": pgettext_lazy("change kind", "DELETE"),
     "invoke": pgettext_lazy("change kind", "SEND"),
+    "read": pgettext_lazy("change kind", "READ"),
 }
 # The consequence class in one word, for the summary line (the badge has the long name).
 CLASS_WORDS = {

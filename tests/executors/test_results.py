@@ -120,6 +120,7 @@ def test_a_sensitive_read_needs_a_reviewer_and_no_grant_covers_it(
     page = client.get(f"/plans/{plan.id}/").content.decode()
     assert 'data-testid="read-fields"' in page
     assert "<code>contact_id</code>, <code>phone</code>" in page
+    assert '<span class="verb">READ</span>' in page
     approval_record(
         plan_id=plan.id, reviewer=reviewer, decision="approve", fingerprint_seen=plan.fingerprint
     )
