@@ -4,8 +4,11 @@ An operation is evidence about an upstream, not an action an agent may use. The 
 reads each operation and proposes the narrowest catalog definition it can defend: a
 closed input schema with bounds, the read that serves the preview and revalidation, how
 the version is read, the conditional write or idempotency key, and a consequence class
-guessed from the method. Every proposal is stored *disabled* with its class unconfirmed;
-a person completes the card and confirms the class before any agent can use it.
+guessed from the method. A GET that reads one resource becomes a read action. Every
+proposal declares a bounded result (the answer's top-level scalar fields) and, where the
+document says so exactly (a link, or the same path), the read that checks its work. Every
+proposal is stored *disabled* with its class unconfirmed; a person completes the card and
+confirms the class before any agent can use it.
 
 What cannot be made narrow is refused, not loosened: a free-form body or a URL-valued
 field turns an action back into a generic request tool. The document itself is only
@@ -93,6 +96,9 @@ IDEMPOTENCY_HEADERS = {"idempotency-key", "x-idempotency-key"}
 # most as many as the catalog allows (result: maxProperties); nested objects and arrays
 # are added by a person who knows which of them the agent needs.
 MAX_RESULT_FIELDS = 20
+# The fields of one answer looked at to choose them (real records have a few hundred at
+# most): a document cannot make choosing a result cost more than this.
+MAX_RESULT_CANDIDATES = 1000
 MAX_RESULT_LENGTH = 4096  # the catalog's bound on max_length
 MAX_RESULT_ENUM = 50  # the catalog's bound on a result field's enum
 RESULT_TYPES = ("string", "integer", "number", "boolean")
@@ -1886,11 +1892,12 @@ class _Proposer:
         converter: _SchemaConverter,
     ) -> bool:
         """A list in an envelope: no id, an array of records, paging fields."""
-        names = {snake_case(p) for p in properties}
-        if any(_looks_like_id(p) for p in properties) or "id" in names:
+        considered = list(properties.items())[:MAX_RESULT_CANDIDATES]
+        names = {snake_case(p) for p, _ in considered}
+        if any(_looks_like_id(p) for p, _ in considered) or "id" in names:
             return False
         arrays = set()
-        for prop, raw in properties.items():
+        for prop, raw in considered:
             where = f"{pointer}/properties/{escape_pointer_token(prop)}"
             self.doc.budget.spend(where)
             try:
@@ -1919,10 +1926,18 @@ class _Proposer:
         rest: list[tuple[str, dict[str, Any]]] = []
         nested: list[str] = []
         taken: set[str] = set()
-        for prop, raw in _dict(node.get("properties")).items():
+        properties = _dict(node.get("properties"))
+        if len(properties) > MAX_RESULT_CANDIDATES:
+            warn(
+                pointer,
+                f"result: the answer documents {len(properties)} fields; only the first "
+                f"{MAX_RESULT_CANDIDATES} were considered",
+            )
+        for prop, raw in list(properties.items())[:MAX_RESULT_CANDIDATES]:
             where = f"{pointer}/properties/{escape_pointer_token(prop)}"
+            name = snake_case(prop)[:64].rstrip("_")
             try:
-                found = self._result_field(prop, raw, where, stack, converter, prefix)
+                found = self._result_field(prop, name, raw, where, stack, converter, prefix)
             except _Refused as exc:
                 found = f"has a schema that cannot be read ({exc.message})"
             if found is None:
@@ -1933,7 +1948,6 @@ class _Proposer:
             if isinstance(found, str):
                 warn(where, f"result: {prop!r} {found}: not returned")
                 continue
-            name = snake_case(prop)[:64].rstrip("_")
             if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name) or name in taken:
                 warn(where, f"result: {prop!r} has no name of its own a result can use")
                 continue
@@ -1958,13 +1972,14 @@ class _Proposer:
                 pointer,
                 f"result: nested objects and arrays are never proposed ({_few(nested)}): "
                 "add the fields the agent needs by hand (result: {name: {pointer: "
-                f"{prefix}/{escape_pointer_token(nested[0])}/..., type: string}}}})",
+                f"{prefix}/{escape_pointer_token(nested[0])}/<field or index>, type: ...}}}})",
             )
         return dict(ordered[:MAX_RESULT_FIELDS])
 
     def _result_field(
         self,
         prop: str,
+        name: str,
         raw: Any,
         pointer: str,
         stack: tuple[str, ...],
@@ -1972,7 +1987,7 @@ class _Proposer:
         prefix: str,
     ) -> dict[str, Any] | str | None:
         """One field's declaration, _NESTED, a reason it is not returned, or None for a
-        field no answer carries (writeOnly)."""
+        field no answer carries (writeOnly). ``name`` is ``prop`` in snake_case."""
         self.doc.budget.spend(pointer)
         node, pointer, stack = self.doc.deref(raw, pointer, stack)
         if not isinstance(node, dict):
@@ -1997,9 +2012,11 @@ class _Proposer:
             return "has no single scalar type"
         kind = types[0]
         fmt = node.get("format")
-        if (isinstance(fmt, str) and fmt.lower() in URL_FORMATS) or _is_url_name(prop):
+        if (isinstance(fmt, str) and fmt.lower() in URL_FORMATS) or (
+            name in URL_NAMES or name.endswith(URL_SUFFIXES)
+        ):
             return "is a URL (results never carry URLs: the filter removes them)"
-        if _SECRET_FIELD.search(snake_case(prop)):
+        if _SECRET_FIELD.search(name):
             return "looks like a secret"
         spec: dict[str, Any] = {
             "pointer": f"{prefix}/{escape_pointer_token(prop)}",
@@ -2035,7 +2052,13 @@ class _Proposer:
             if code not in responses:
                 continue
             response, response_pointer = responses[code]
-            for link_name, raw in _dict(response.get("links")).items():
+            links = _dict(response.get("links"))
+            found = op.json_response((code,)) if links else None
+
+            def documented(pointer: str, found=found) -> str:
+                return self._type_at(found[0], found[1], pointer) if found else ""
+
+            for link_name, raw in links.items():
                 where = f"{response_pointer}/links/{escape_pointer_token(link_name)}"
                 self.doc.budget.spend(where)
                 try:
@@ -2056,11 +2079,42 @@ class _Proposer:
                         "in this import: check_with not wired",
                     )
                     continue
-                found = self._link_inputs(link, link_name, where, read, properties, result, warn)
-                if found is not None:
-                    inputs, fields, added = found
+                wired = self._link_inputs(
+                    link, link_name, where, read, properties, result, warn, documented
+                )
+                if wired is not None:
+                    inputs, fields, added = wired
                     return _Link(link_name, target, read, inputs, fields, added)
         return None
+
+    def _type_at(self, raw: Any, schema_pointer: str, pointer: str) -> str:
+        """What the answer's schema says is at ``pointer``: a result type, "nested", or
+        "" when it does not say."""
+        converter = _SchemaConverter(self.doc, lambda *_: None)
+        try:
+            node, where, stack = self._object(raw, schema_pointer, (), converter)
+            for raw_token in pointer[1:].split("/"):
+                token = raw_token.replace("~1", "/").replace("~0", "~")
+                self.doc.budget.spend(where)
+                if not isinstance(node, dict):
+                    return ""
+                if "array" in converter._types(node) and token.isdigit():
+                    child, child_where = node.get("items"), f"{where}/items"
+                else:
+                    props = _dict(node.get("properties"))
+                    if token not in props:
+                        return ""
+                    child = props[token]
+                    child_where = f"{where}/properties/{escape_pointer_token(token)}"
+                node, where, stack = self._object(child, child_where, stack, converter)
+        except _Refused:
+            return ""
+        if not isinstance(node, dict):
+            return ""
+        types = [t for t in converter._types(node) if t != "null"]
+        if {"object", "array"} & set(types):
+            return "nested"
+        return types[0] if len(types) == 1 and types[0] in RESULT_TYPES else ""
 
     def _link_target(self, link: dict[str, Any], name: str, where: str, warn) -> _Operation | None:
         op_id, op_ref = link.get("operationId"), link.get("operationRef")
@@ -2104,6 +2158,7 @@ class _Proposer:
         properties: dict[str, Any],
         result: dict[str, Any],
         warn,
+        documented,
     ) -> tuple[dict[str, Any], dict[str, Any], tuple[str, ...]] | None:
         """check_with's input for every input the read requires, from the link's
         parameters; the result fields with the fields it needs added."""
@@ -2128,7 +2183,12 @@ class _Proposer:
                 )
                 return None
             source = self._link_source(
-                given[param], param, schema["properties"].get(param) or {}, properties, fields
+                given[param],
+                param,
+                schema["properties"].get(param) or {},
+                properties,
+                fields,
+                documented,
             )
             if isinstance(source, str):
                 warn(where, f"link {link_name!r}, {param!r}: {source}: check_with not wired")
@@ -2152,6 +2212,7 @@ class _Proposer:
         param_schema: dict[str, Any],
         properties: dict[str, Any],
         fields: dict[str, Any],
+        documented,
     ) -> dict[str, str] | str:
         """``{"$input": ...}`` or ``{"$result": ...}`` (adding the result field), or why
         the expression cannot be carried."""
@@ -2160,6 +2221,8 @@ class _Proposer:
         text = expression.strip()
         if text.startswith("{") and text.endswith("}"):
             text = text[1:-1].strip()
+        if not text.startswith("$"):
+            return "a constant, which check_with cannot carry"
         if text.startswith("$request.path."):
             name = _identifier(text.removeprefix("$request.path."))
             return {"$input": name} if name in properties else f"{text} is no input of this write"
@@ -2173,6 +2236,13 @@ class _Proposer:
             pointer = text.removeprefix("$response.body#")
             if not re.fullmatch(r"(/[^/]+)+", pointer) or len(pointer) > 500:
                 return f"{text[:200]!r} is not a JSON pointer into the answer"
+            # Where the answer's schema documents the value, it must be the read's kind
+            # of value (an undocumented one is taken at the link's word).
+            kind = documented(pointer)
+            if kind == "nested":
+                return f"the answer's {pointer} holds an object or a list, not a value"
+            if kind and kind != wanted:
+                return f"the answer's {pointer} is {kind}, and the read's {param!r} is {wanted}"
             spec: dict[str, Any] = {"pointer": pointer, "type": wanted}
         elif text.lower().startswith("$response.header."):
             header = text[len("$response.header.") :]
@@ -2412,7 +2482,8 @@ def import_openapi(
     tags: list[str] | None = None,
     headers: dict[str, str] | None = None,
 ) -> ImportReport:
-    """Propose one disabled action per write operation; store them all or none.
+    """Propose one disabled action per write operation and per GET of one resource;
+    store them all or none.
 
     ``prefix`` is put before every proposed name (names are unique in the catalog, and
     two APIs often use the same ones); ``only`` (operationIds) and ``tags`` select the
