@@ -167,8 +167,16 @@ def _closest(error):
     return error
 
 
-def validate_catalog(document: dict[str, Any], source: str) -> None:
-    """Raise CatalogError with every problem found; return quietly if the file is sound."""
+def validate_catalog(
+    document: dict[str, Any],
+    source: str,
+    *,
+    follow_up_targets: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """Raise CatalogError with every problem found; return quietly if the file is sound.
+
+    ``follow_up_targets`` are definitions about to be stored beside this document (an
+    import's proposed reads): a ``check_with`` may name one of them."""
     problems: list[CatalogProblem] = []
     validator = Draft202012Validator(catalog_schema())
     for error in sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path)):
@@ -184,7 +192,7 @@ def validate_catalog(document: dict[str, Any], source: str) -> None:
         base = f"/actions/{escape_pointer_token(name)}"
         problems.extend(_check_action(base, action, known_connectors))
     actions = document.get("actions") or {}
-    problems.extend(_check_follow_ups(document))
+    problems.extend(_check_follow_ups(document, follow_up_targets or {}))
     for i, name in enumerate(document.get("unconfirmed_classes") or []):
         if name not in actions:
             problems.append(
@@ -437,6 +445,19 @@ _PROMISES_ID = re.compile(r"(?i)\b(ids?|identifiers?)\b")
 _RESULT_ID = re.compile(r"(^|_)id$")
 
 
+def result_promise_problem(card: dict[str, Any], result: dict[str, Any]) -> str:
+    """Why the card's ``result`` promises what ``result`` does not declare, or "".
+
+    At least: a card that names an id needs a result field that carries one."""
+    promised = _PROMISES_ID.search(localized(card.get("result", "")))
+    if promised and not any(_RESULT_ID.search(name) for name in result):
+        return (
+            f"the card promises {promised.group(0)!r} but no result field carries one "
+            "(declare e.g. an '..._id' field)"
+        )
+    return ""
+
+
 def _check_reads_and_results(
     base: str, action: dict[str, Any], properties: dict[str, Any]
 ) -> list[CatalogProblem]:
@@ -476,18 +497,9 @@ def _check_reads_and_results(
         where = f"/result/{escape_pointer_token(name)}"
         if "max_length" in spec and spec["type"] != "string":
             problem(f"{where}/max_length", "max_length is for string fields")
-    card = action.get("card") or {}
-    promised = _PROMISES_ID.search(localized(card.get("result", "")))
-    if (
-        action.get("enabled", True)
-        and promised
-        and not any(_RESULT_ID.search(name) for name in result)
-    ):
-        problem(
-            "/result",
-            f"the card promises {promised.group(0)!r} but no result field carries one "
-            "(declare e.g. an '..._id' field)",
-        )
+    promise = result_promise_problem(action.get("card") or {}, result)
+    if action.get("enabled", True) and promise:
+        problem("/result", promise)
     check = action.get("check_with")
     if check:
         if kind == "read":
@@ -501,9 +513,11 @@ def _check_reads_and_results(
     return out
 
 
-def _check_follow_ups(document: dict[str, Any]) -> list[CatalogProblem]:
-    """Each ``check_with`` names a read action, in this file or already in the catalog,
-    whose required inputs it provides."""
+def _check_follow_ups(
+    document: dict[str, Any], targets: dict[str, dict[str, Any]]
+) -> list[CatalogProblem]:
+    """Each ``check_with`` names a read action, in this file, among ``targets`` or already
+    in the catalog, whose required inputs it provides."""
     out = []
     actions = document.get("actions") or {}
     for name, action in actions.items():
@@ -511,7 +525,7 @@ def _check_follow_ups(document: dict[str, Any]) -> list[CatalogProblem]:
         if not check:
             continue
         where = f"/actions/{escape_pointer_token(name)}/check_with"
-        target = actions.get(check["action"])
+        target = actions.get(check["action"]) or targets.get(check["action"])
         if target is None:
             stored = Action.objects.filter(name=check["action"]).first()
             target = stored.definition if stored is not None else None
@@ -696,14 +710,20 @@ def load_catalog(
     return report
 
 
-def validate_action_definition(name: str, definition: dict[str, Any]) -> list[CatalogProblem]:
+def validate_action_definition(
+    name: str,
+    definition: dict[str, Any],
+    *,
+    follow_up_targets: dict[str, dict[str, Any]] | None = None,
+) -> list[CatalogProblem]:
     """Every check the file loader makes, for one action (the admin and importers use it).
 
-    Pointers are relative to the action (``/input_schema/...``).
+    Pointers are relative to the action (``/input_schema/...``). ``follow_up_targets``:
+    read actions stored with this one, which its ``check_with`` may name.
     """
     document = {"version": 1, "actions": {name: definition}}
     try:
-        validate_catalog(document, name)
+        validate_catalog(document, name, follow_up_targets=follow_up_targets)
     except CatalogError as exc:
         prefix = f"/actions/{escape_pointer_token(name)}"
         return [CatalogProblem(p.pointer.removeprefix(prefix), p.message) for p in exc.problems]

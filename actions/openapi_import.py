@@ -4,8 +4,11 @@ An operation is evidence about an upstream, not an action an agent may use. The 
 reads each operation and proposes the narrowest catalog definition it can defend: a
 closed input schema with bounds, the read that serves the preview and revalidation, how
 the version is read, the conditional write or idempotency key, and a consequence class
-guessed from the method. Every proposal is stored *disabled* with its class unconfirmed;
-a person completes the card and confirms the class before any agent can use it.
+guessed from the method. A GET that reads one resource becomes a read action. Every
+proposal declares a bounded result (the answer's top-level scalar fields) and, where the
+document says so exactly (a link, or the same path), the read that checks its work. Every
+proposal is stored *disabled* with its class unconfirmed; a person completes the card and
+confirms the class before any agent can use it.
 
 What cannot be made narrow is refused, not loosened: a free-form body or a URL-valued
 field turns an action back into a generic request tool. The document itself is only
@@ -35,6 +38,7 @@ from .catalog import (
     CatalogProblem,
     action_define,
     parse_catalog_text,
+    result_promise_problem,
     validate_action_definition,
 )
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
@@ -88,6 +92,44 @@ VERSION_FIELDS = ("version", "revision", "etag", "_version", "_rev", "rev")
 # types); every other documented header is not forwarded.
 HANDLED_HEADERS = {"if-match", "if-none-match", "authorization", "content-type", "accept"}
 IDEMPOTENCY_HEADERS = {"idempotency-key", "x-idempotency-key"}
+# What a proposed result declares: the answer's top-level scalar fields, ids first, at
+# most as many as the catalog allows (result: maxProperties); nested objects and arrays
+# are added by a person who knows which of them the agent needs.
+MAX_RESULT_FIELDS = 20
+# The fields of one answer looked at to choose them (real records have a few hundred at
+# most): a document cannot make choosing a result cost more than this.
+MAX_RESULT_CANDIDATES = 1000
+MAX_RESULT_LENGTH = 4096  # the catalog's bound on max_length
+MAX_RESULT_ENUM = 50  # the catalog's bound on a result field's enum
+RESULT_TYPES = ("string", "integer", "number", "boolean")
+# The answers a write's result is read from, in this order.
+WRITE_RESULT_CODES = ("200", "201", "202")
+# Proposed right after the ids: what a follow-up or a check reads.
+STATE_FIELDS = {"status", "state", "version", "revision", "etag"}
+# Field names that look like a secret the upstream holds for someone (a client secret,
+# an API key): never proposed as something an agent receives.
+_SECRET_FIELD = re.compile(r"secret|passw|token|api_?key|private_?key|credential|signature")
+# An object answer that is one page of a list: an array of the records beside paging
+# fields ({data: [...], has_more}, {calls: [...], page, next_page_uri}).
+LIST_FIELDS = {"data", "items", "results", "records", "entries", "elements", "nodes", "edges"}
+PAGE_FIELDS = {
+    "has_more",
+    "next",
+    "next_page",
+    "next_page_uri",
+    "next_page_url",
+    "next_cursor",
+    "next_page_token",
+    "cursor",
+    "page",
+    "page_size",
+    "per_page",
+    "total",
+    "total_count",
+    "more",
+    "offset",
+    "limit",
+}
 # Keywords kept from an OpenAPI schema object; the rest (xml, discriminator, examples,
 # extensions, ...) say nothing an action's input validation needs.
 SCHEMA_KEYWORDS = (
@@ -154,6 +196,18 @@ X_COUNTERSIGN_SCHEMA: dict[str, Any] = {
             ]
         },
         "status_operation": {"type": "string", "minLength": 1, "maxLength": 200},
+        # When accepted work is done (and failed): the catalog's status rules. The path
+        # comes from the document (the 202's Location, or the status operation's path).
+        "status": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["done_when"],
+            "properties": {
+                "done_when": {"type": "object"},
+                "failed_when": {"type": "object"},
+                "max_checks": {"type": "integer", "minimum": 1, "maximum": 50},
+            },
+        },
         "headers": {
             "type": "object",
             "maxProperties": 10,
@@ -183,6 +237,31 @@ class ProposedAction:
     definition: dict[str, Any] = field(default_factory=dict)
     pointer: str = ""
 
+    @property
+    def result_fields(self) -> list[str]:
+        """What the agent would receive: "id (string)", "state (string: queued, ...)"."""
+        out = []
+        for name, spec in (self.definition.get("result") or {}).items():
+            text = f"{name} ({spec.get('type', '?')}"
+            if spec.get("enum"):
+                values = ", ".join(str(v) for v in spec["enum"][:6])
+                text += f": {values}" + (", ..." if len(spec["enum"]) > 6 else "")
+            out.append(text + ")")
+        return out
+
+    @property
+    def check_with(self) -> str:
+        """The read action that checks this action's work, if one was wired."""
+        return str((self.definition.get("check_with") or {}).get("action", ""))
+
+    @property
+    def status_follow(self) -> str:
+        """How accepted work is followed: "the 202's Location" or a path, if wired."""
+        status = self.definition.get("status") or {}
+        if status.get("from_location"):
+            return "Location"
+        return str(status.get("path", ""))
+
 
 @dataclass
 class RefusedOperation:
@@ -196,10 +275,23 @@ class RefusedOperation:
 
 
 @dataclass
+class ListedRead:
+    """A GET or HEAD that is not proposed as a read action, and why (a list, a search)."""
+
+    operation: str  # "listContacts: GET /contacts"
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.operation} ({self.reason})"
+
+
+@dataclass
 class ImportReport:
     proposed: list[ProposedAction] = field(default_factory=list)
     refused: list[RefusedOperation] = field(default_factory=list)
-    reads: list[str] = field(default_factory=list)  # "getContact: GET /contacts/{id}"
+    # GETs and HEADs not proposed (lists, searches, no JSON answer); proposed reads are
+    # in ``proposed`` with kind "read".
+    reads: list[ListedRead] = field(default_factory=list)
     warnings: list[dict[str, str]] = field(default_factory=list)
     connector: str = ""
     source_name: str = ""
@@ -628,6 +720,20 @@ class _Operation:
             for media, content in _dict(response.get("content")).items():
                 if _is_json(media) and isinstance(content, dict) and "schema" in content:
                     return content["schema"], f"{pointer}/content/{escape_pointer_token(media)}"
+        return None
+
+    def json_response(self, codes: tuple[str, ...]) -> tuple[Any, str, str] | None:
+        """The JSON schema of the first of ``codes`` that documents one: (schema, its
+        pointer, the code)."""
+        responses = self.responses()
+        for code in codes:
+            if code not in responses:
+                continue
+            response, pointer = responses[code]
+            for media, content in _dict(response.get("content")).items():
+                if _is_json(media) and isinstance(content, dict) and "schema" in content:
+                    where = f"{pointer}/content/{escape_pointer_token(media)}/schema"
+                    return content["schema"], where, code
         return None
 
 
@@ -1086,6 +1192,27 @@ def _looks_like_id(name: str) -> bool:
     return bool(_ID_NAME.search(name))
 
 
+def _path_input(
+    converter: _SchemaConverter, param: dict[str, Any], pointer: str
+) -> tuple[str, dict[str, Any]]:
+    """A path parameter as a required input: its template-safe name and its schema."""
+    pname = param["name"]
+    input_name = _identifier(pname)
+    if _is_url_name(pname):
+        raise _Refused(pointer, f"{pname!r} names a URL: generic passthrough")
+    schema = param.get("schema", {"type": "string"})
+    try:
+        return input_name, converter.convert(
+            schema, f"{pointer}/schema", name=input_name, identifier=True
+        )
+    except _FreeForm as exc:
+        if exc.refusal:  # a URL, a pattern that is not linear-time
+            raise _Refused(exc.pointer, exc.refusal) from None
+        return input_name, converter.convert(
+            {"type": "string"}, f"{pointer}/schema", name=input_name, identifier=True
+        )
+
+
 # --- one operation → one proposal --------------------------------------------------------------
 
 
@@ -1100,6 +1227,19 @@ class _Draft:
     definition: dict[str, Any]
     warnings: list[dict[str, str]]
     status_operation: str
+    # The proposed read its check_with names, and the result fields added only for it
+    # (both dropped if that read is not proposed after all).
+    check_read: _Draft | None = None
+    link_fields: tuple[str, ...] = ()
+    card_result_drafted: bool = False
+    # After the catalog's checks: "accepted" (to be stored), "kept" (an admin reviewed
+    # the stored action, which stays as it is) or "refused".
+    outcome: str = ""
+
+    def warn(self, pointer: str, message: str) -> None:
+        item = _problem(pointer, message)
+        if item not in self.warnings:
+            self.warnings.append(item)
 
 
 def _x_countersign(op: _Operation) -> dict[str, Any]:
@@ -1131,6 +1271,19 @@ class _Proposer:
         self.operations = ops
         self.gets_by_path = {op.path: op for op in ops if op.method == "get"}
         self.gets_by_id = {op.operation_id: op for op in ops if op.method == "get"}
+        # The reads proposed from this document's GETs, by path (filled in before any
+        # write is proposed, so that a write can name the read that checks it).
+        self.reads: dict[str, _Draft] = {}
+
+    def _name(self, op: _Operation, xc: dict[str, Any], warn) -> str:
+        name, from_id = _action_name(op)
+        if xc.get("name"):
+            name = xc["name"]
+        elif not from_id:
+            warn(op.pointer, f"no operationId: the name {name!r} was derived from the path")
+        if self.prefix:
+            name = (self.prefix + name)[:64].rstrip("_-")
+        return name
 
     def propose(self, op: _Operation) -> _Draft:
         warnings: list[dict[str, str]] = []
@@ -1141,13 +1294,7 @@ class _Proposer:
                 warnings.append(item)
 
         xc = _x_countersign(op)
-        name, from_id = _action_name(op)
-        if xc.get("name"):
-            name = xc["name"]
-        elif not from_id:
-            warn(op.pointer, f"no operationId: the name {name!r} was derived from the path")
-        if self.prefix:
-            name = (self.prefix + name)[:64].rstrip("_-")
+        name = self._name(op, xc, warn)
         method = op.method
         get_op = self.gets_by_path.get(op.path)
         kind = xc.get("kind") or DEFAULT_KIND[method]
@@ -1206,20 +1353,7 @@ class _Proposer:
         for param, pointer in op.parameters():
             pname, where = param["name"], param["in"]
             if where == "path":
-                input_name = _identifier(pname)
-                if _is_url_name(pname):
-                    raise _Refused(pointer, f"{pname!r} names a URL: generic passthrough")
-                schema = param.get("schema", {"type": "string"})
-                try:
-                    properties[input_name] = converter.convert(
-                        schema, f"{pointer}/schema", name=input_name, identifier=True
-                    )
-                except _FreeForm as exc:
-                    if exc.refusal:  # a URL, a pattern that is not linear-time
-                        raise _Refused(exc.pointer, exc.refusal) from None
-                    properties[input_name] = converter.convert(
-                        {"type": "string"}, f"{pointer}/schema", name=input_name, identifier=True
-                    )
+                input_name, properties[input_name] = _path_input(converter, param, pointer)
                 required.append(input_name)
                 if input_name != pname:
                     target = target.replace("{" + pname + "}", "{" + input_name + "}")
@@ -1290,7 +1424,7 @@ class _Proposer:
         description = op.text("description")
         if description:
             definition["description"] = description[:2000]
-        definition["card"] = self._card(op, xc, warn)
+        definition["card"] = {}  # drafted last, when the result is known
         input_schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
         if required:
             input_schema["required"] = list(dict.fromkeys(required))
@@ -1351,7 +1485,27 @@ class _Proposer:
                 "duplicated or retried request could take effect twice, and a timeout "
                 "leaves the outcome unknown",
             )
-        status = self._status_operation(op, xc, warn)
+        # What the agent gets back, and the read that checks the work: from a link the
+        # document gives (a 202's status read), else the GET of the same path.
+        result = self._write_result(op, converter, warn)
+        link = self._linked_check(op, properties, result, warn)
+        check_read = link.read if link else self._same_path_read(op, kind, definition, properties)
+        link_fields: tuple[str, ...] = ()
+        if link:
+            result, link_fields = link.result, link.added
+            definition["check_with"] = {"action": link.read.name, "input": link.inputs}
+        elif check_read is not None:
+            required_in = check_read.definition["input_schema"].get("required") or []
+            definition["check_with"] = {
+                "action": check_read.name,
+                "input": {key: {"$input": key} for key in required_in},
+            }
+        if result:
+            definition["result"] = result
+        status_op = self._status_operation(op, xc, warn, link=link)
+        if xc.get("status"):
+            definition["status"] = self._status(op, xc["status"], status_op, required)
+        definition["card"], drafted = self._card(op, xc, warn, result)
         return _Draft(
             op=op,
             name=name,
@@ -1361,7 +1515,10 @@ class _Proposer:
             class_lowered_from=class_lowered_from,
             definition=definition,
             warnings=warnings,
-            status_operation=status,
+            status_operation=status_op.describe() if status_op is not None else "",
+            check_read=check_read,
+            link_fields=link_fields,
+            card_result_drafted=drafted,
         )
 
     def _fixed_header(self, name: str, param: dict[str, Any], xc: dict[str, Any]) -> str | None:
@@ -1384,7 +1541,8 @@ class _Proposer:
         summary = op.text("summary").splitlines()
         title = summary[0].strip() if summary else ""
         if not title:
-            warn(op.pointer, "no summary: the title was derived from the name; say what changes")
+            what = "what it reads" if op.method == "get" else "what changes"
+            warn(op.pointer, f"no summary: the title was derived from the name; say {what}")
             title = name.replace("_", " ").capitalize()
         verb = _vague_verb(_first_word(title)) or _vague_verb(
             snake_case(op.operation_id).split("_")[0] if op.operation_id else ""
@@ -1396,19 +1554,36 @@ class _Proposer:
             )
         return title[:200]
 
-    def _card(self, op: _Operation, xc: dict[str, Any], warn) -> dict[str, str]:
+    def _card(
+        self, op: _Operation, xc: dict[str, Any], warn, result: dict[str, Any]
+    ) -> tuple[dict[str, str], bool]:
+        """The card, and whether its ``result`` sentence was drafted from the declared
+        result fields (the other fields but ``effect`` are left to a person)."""
         summary = op.text("summary")
         description = op.text("description")
         effect = summary or re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0]
         card = {"effect": effect[:500], "scope": "", "result": "", "consent": "", "retry": ""}
         card.update(xc.get("card") or {})
+        drafted = False
+        if not card["result"].strip() and result:
+            sentence = result_sentence(result)
+            # Never a draft the loader would refuse once enabled (a field "identifier"
+            # promises an id that no "..._id" field carries).
+            if not result_promise_problem({"result": sentence}, result):
+                card["result"], drafted = sentence, True
+        promise = result_promise_problem(card, result)
+        if promise:
+            warn(
+                f"{op.pointer}/x-countersign/card/result",
+                f"{promise}: the action cannot be enabled until a result field carries it",
+            )
         missing = [key for key, value in card.items() if not value.strip()]
         if missing:
             warn(
                 op.pointer,
                 f"card incomplete ({', '.join(missing)}): an admin completes it before enabling",
             )
-        return card
+        return card, drafted
 
     def _body(
         self, op: _Operation, kind: str, converter: _SchemaConverter, warn, *, skip: set[str]
@@ -1548,7 +1723,13 @@ class _Proposer:
         )
         return {"source": "hash"}
 
-    def _status_operation(self, op: _Operation, xc: dict[str, Any], warn) -> str:
+    def _status_operation(
+        self, op: _Operation, xc: dict[str, Any], warn, *, link: _Link | None
+    ) -> _Operation | None:
+        """The GET that reports on accepted work: the one a link names, the one
+        x-countersign declares, or the created resource's GET when the 202 documents a
+        Location. Only a link says which of the answer's fields the GET takes, so only a
+        link (or the same path) makes a check_with."""
         responses = op.responses()
         declared = xc.get("status_operation")
         status_op = None
@@ -1559,7 +1740,9 @@ class _Proposer:
                     f"{op.pointer}/x-countersign/status_operation",
                     f"status_operation {declared!r} names no GET operation in this document",
                 )
-        elif "202" in responses and "location" in op.response_headers("202"):
+        if link is not None:
+            status_op = link.op
+        elif status_op is None and "202" in responses and "location" in op.response_headers("202"):
             base = op.path.rstrip("/")
             for candidate in self.gets_by_path.values():
                 if candidate.path == op.path or re.fullmatch(
@@ -1567,22 +1750,720 @@ class _Proposer:
                 ):
                     status_op = candidate
                     break
-        if status_op is not None:
-            described = status_op.describe()
-            if "202" in responses:
-                warn(
-                    f"{op.pointer}/responses/202",
-                    f"202 Accepted: status operation {described} recorded; the catalog "
-                    "cannot store status requests yet, so outcomes stay pending until "
-                    "settled",
-                )
-            return described
-        if "202" in responses:
+        if "202" not in responses:
+            return status_op
+        where = f"{op.pointer}/responses/202"
+        followed = (
+            "followed by x-countersign's status rules"
+            if xc.get("status")
+            else "outcomes stay pending until the agent checks or a person settles them "
+            "(x-countersign status: {done_when: ...} lets the worker follow it)"
+        )
+        if link is not None:
             warn(
-                f"{op.pointer}/responses/202",
-                "202 without a status operation: outcomes would stay pending",
+                where,
+                f"202 Accepted: the agent checks the work with the read {link.read.name} "
+                f"(check_with, from the document's link {link.name!r}); {followed}",
             )
+        elif status_op is not None:
+            warn(
+                where,
+                f"202 Accepted: status operation {status_op.describe()} found, but no link "
+                "in the document says which of the answer's fields it takes: check_with is "
+                f"not wired (add a link to the 202, or check_with by hand); {followed}",
+            )
+        else:
+            warn(where, "202 without a status operation: outcomes would stay pending")
+        return status_op
+
+    def _status(
+        self,
+        op: _Operation,
+        declared: dict[str, Any],
+        status_op: _Operation | None,
+        required: list[str],
+    ) -> dict[str, Any]:
+        """The catalog's ``status:`` from x-countersign's rules and a request the
+        document gives: the 202's Location, or the status operation's path when the
+        write's own input fills it. Anything else refuses: a declaration is never
+        dropped."""
+        where = f"{op.pointer}/x-countersign/status"
+        out: dict[str, Any] = {}
+        if "202" in op.responses() and "location" in op.response_headers("202"):
+            out["from_location"] = True
+        elif status_op is not None:
+            path = status_op.path
+            for pname in re.findall(r"\{([^{}]+)\}", path):
+                path = path.replace("{" + pname + "}", "{" + _identifier(pname) + "}")
+            path = _encode_path_literals(path)
+            missing = [k for k in re.findall(r"\{([^{}]+)\}", path) if k not in required]
+            if missing:
+                raise _Refused(
+                    where,
+                    f"x-countersign status: the 202 documents no Location, and the status "
+                    f"operation's path needs {', '.join(missing)}, which this write's input "
+                    "does not have",
+                )
+            out["path"] = path
+        else:
+            raise _Refused(
+                where,
+                "x-countersign status: no request to ask (no Location on a 202 and no "
+                "status operation)",
+            )
+        out.update(declared)
+        return out
+
+    # --- results and checks ------------------------------------------------------------
+
+    def _write_result(self, op: _Operation, converter: _SchemaConverter, warn) -> dict[str, Any]:
+        """The result a write declares: from its 200, 201 or 202 answer, bounded."""
+        found = op.json_response(WRITE_RESULT_CODES)
+        if found is None:
+            return {}
+        raw, pointer, code = found
+        node, pointer, stack, why, prefix = self._answer(raw, pointer, converter)
+        if node is None:
+            warn(pointer, f"no result proposed from the {code} answer: {why}")
+            return {}
+        return self._result(node, pointer, stack, converter, warn, prefix=prefix)
+
+    def _answer(
+        self, raw: Any, pointer: str, converter: _SchemaConverter
+    ) -> tuple[dict[str, Any] | None, str, tuple[str, ...], str, str]:
+        """An answer's object schema (references followed, allOf merged, null unwrapped)
+        and the pointer to the record in it, or None and why there is none. A record
+        wrapped in an object of its own (``{"incident": {...}}``) is read inside it."""
+        try:
+            node, pointer, stack = self._object(raw, pointer, (), converter)
+            if not isinstance(node, dict):
+                return None, pointer, stack, "the answer has no usable schema", ""
+            prefix = ""
+            properties = _dict(node.get("properties"))
+            if len(properties) == 1:
+                (key, inner_raw), where = (
+                    next(iter(properties.items())),
+                    f"{pointer}/properties/{escape_pointer_token(next(iter(properties)))}",
+                )
+                inner, inner_pointer, inner_stack = self._object(inner_raw, where, stack, converter)
+                if isinstance(inner, dict) and "array" in converter._types(inner):
+                    return None, pointer, stack, f"the answer is a list (in {key!r})", ""
+                if isinstance(inner, dict) and _dict(inner.get("properties")):
+                    node, pointer, stack = inner, inner_pointer, inner_stack
+                    prefix = "/" + escape_pointer_token(key)
+        except _Refused as exc:
+            return None, pointer, (), f"its schema cannot be read ({exc.message})", ""
+        why = self._no_record(node, pointer, stack, converter)
+        return (None if why else node), pointer, stack, why, prefix
+
+    def _object(
+        self, raw: Any, pointer: str, stack: tuple[str, ...], converter: _SchemaConverter
+    ) -> tuple[Any, str, tuple[str, ...]]:
+        node, pointer, stack = self.doc.deref(raw, pointer, stack)
+        if isinstance(node, dict):
+            node = converter.merge_all_of(node, pointer, stack)
+            node, pointer, stack, _ = converter._unwrap_nullable(node, pointer, stack)
+        return node, pointer, stack
+
+    def _no_record(
+        self,
+        node: dict[str, Any],
+        pointer: str,
+        stack: tuple[str, ...],
+        converter: _SchemaConverter,
+    ) -> str:
+        """Why an answer's schema holds no single record, or ""."""
+        properties = _dict(node.get("properties"))
+        if "array" in converter._types(node):
+            return "the answer is a list"
+        if not properties:
+            if any(isinstance(node.get(k), list) for k in ("oneOf", "anyOf")):
+                return "the answer is one of several shapes"
+            return "the answer has no named fields"
+        if self._is_page(properties, pointer, stack, converter):
+            return "the answer is one page of a list"
         return ""
+
+    def _is_page(
+        self,
+        properties: dict[str, Any],
+        pointer: str,
+        stack: tuple[str, ...],
+        converter: _SchemaConverter,
+    ) -> bool:
+        """A list in an envelope: no id, an array of records, paging fields."""
+        considered = list(properties.items())[:MAX_RESULT_CANDIDATES]
+        names = {snake_case(p) for p, _ in considered}
+        if any(_looks_like_id(p) for p, _ in considered) or "id" in names:
+            return False
+        arrays = set()
+        for prop, raw in considered:
+            where = f"{pointer}/properties/{escape_pointer_token(prop)}"
+            self.doc.budget.spend(where)
+            try:
+                peek, _, _ = self.doc.deref(raw, where, stack)
+            except _Refused:
+                continue
+            if isinstance(peek, dict) and "array" in converter._types(peek):
+                arrays.add(snake_case(prop))
+        return bool(arrays) and bool(arrays & LIST_FIELDS or names & PAGE_FIELDS)
+
+    def _result(
+        self,
+        node: dict[str, Any],
+        pointer: str,
+        stack: tuple[str, ...],
+        converter: _SchemaConverter,
+        warn,
+        *,
+        prefix: str = "",
+    ) -> dict[str, Any]:
+        """At most MAX_RESULT_FIELDS of the record's top-level scalar fields, ids first;
+        nested objects and arrays are never proposed (a person adds what the agent
+        needs), nor URLs or what looks like a secret. ``prefix`` points at the record
+        inside the answer (``/incident``)."""
+        ids: list[tuple[str, dict[str, Any]]] = []
+        rest: list[tuple[str, dict[str, Any]]] = []
+        nested: list[str] = []
+        taken: set[str] = set()
+        properties = _dict(node.get("properties"))
+        if len(properties) > MAX_RESULT_CANDIDATES:
+            warn(
+                pointer,
+                f"result: the answer documents {len(properties)} fields; only the first "
+                f"{MAX_RESULT_CANDIDATES} were considered",
+            )
+        for prop, raw in list(properties.items())[:MAX_RESULT_CANDIDATES]:
+            where = f"{pointer}/properties/{escape_pointer_token(prop)}"
+            name = snake_case(prop)[:64].rstrip("_")
+            try:
+                found = self._result_field(prop, name, raw, where, stack, converter, prefix)
+            except _Refused as exc:
+                found = f"has a schema that cannot be read ({exc.message})"
+            if found is None:
+                continue
+            if found is _NESTED:
+                nested.append(prop)
+                continue
+            if isinstance(found, str):
+                warn(where, f"result: {prop!r} {found}: not returned")
+                continue
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name) or name in taken:
+                warn(where, f"result: {prop!r} has no name of its own a result can use")
+                continue
+            taken.add(name)
+            is_id = _looks_like_id(prop) or name == "id" or name.endswith("_id")
+            (ids if is_id else rest).append((name, found))
+        # The record's own id, then the other ids; then what a follow-up reads (status,
+        # state, version), then the document's order.
+        ids.sort(key=lambda item: item[0] != "id")
+        rest.sort(key=lambda item: item[0] not in STATE_FIELDS)
+        ordered = ids + rest
+        if len(ordered) > MAX_RESULT_FIELDS:
+            more = [name for name, _ in ordered[MAX_RESULT_FIELDS:]]
+            warn(
+                pointer,
+                f"result: at most {MAX_RESULT_FIELDS} fields are proposed (ids, then status "
+                "and version fields, then the document's order); "
+                f"{len(more)} more left out: {_few(more)}",
+            )
+        if nested:
+            warn(
+                pointer,
+                f"result: nested objects and arrays are never proposed ({_few(nested)}): "
+                "add the fields the agent needs by hand (result: {name: {pointer: "
+                f"{prefix}/{escape_pointer_token(nested[0])}/<field or index>, type: ...}}}})",
+            )
+        return dict(ordered[:MAX_RESULT_FIELDS])
+
+    def _result_field(
+        self,
+        prop: str,
+        name: str,
+        raw: Any,
+        pointer: str,
+        stack: tuple[str, ...],
+        converter: _SchemaConverter,
+        prefix: str,
+    ) -> dict[str, Any] | str | None:
+        """One field's declaration, _NESTED, a reason it is not returned, or None for a
+        field no answer carries (writeOnly). ``name`` is ``prop`` in snake_case."""
+        self.doc.budget.spend(pointer)
+        node, pointer, stack = self.doc.deref(raw, pointer, stack)
+        if not isinstance(node, dict):
+            return "has no usable schema"
+        if node.get("writeOnly") is True:
+            return None
+        node = converter.merge_all_of(node, pointer, stack)
+        node, pointer, stack, _ = converter._unwrap_nullable(node, pointer, stack)
+        types = [t for t in converter._types(node) if t != "null"]
+        values: list[Any] | None = None
+        if isinstance(node.get("enum"), list):
+            values = [v for v in node["enum"] if v is not None]
+        elif node.get("const") is not None:
+            values = [node["const"]]
+        if not types and values:
+            types = sorted({_json_type(v) for v in values})
+        if {"object", "array"} & set(types) or (
+            not types and any(k in node for k in ("oneOf", "anyOf"))
+        ):
+            return _NESTED
+        if len(types) != 1 or types[0] not in RESULT_TYPES:
+            return "has no single scalar type"
+        kind = types[0]
+        fmt = node.get("format")
+        if (isinstance(fmt, str) and fmt.lower() in URL_FORMATS) or (
+            name in URL_NAMES or name.endswith(URL_SUFFIXES)
+        ):
+            return "is a URL (results never carry URLs: the filter removes them)"
+        if _SECRET_FIELD.search(name):
+            return "looks like a secret"
+        spec: dict[str, Any] = {
+            "pointer": f"{prefix}/{escape_pointer_token(prop)}",
+            "type": kind,
+        }
+        if kind == "string":
+            given = node.get("maxLength")
+            length = (
+                given
+                if isinstance(given, int) and not isinstance(given, bool) and given >= 1
+                else DEFAULT_MAX_LENGTH
+            )
+            longest = [len(v) for v in values or [] if isinstance(v, str)]
+            spec["max_length"] = min(max([length, *longest]), MAX_RESULT_LENGTH)
+        if (
+            values
+            and kind != "number"
+            and len(values) <= MAX_RESULT_ENUM
+            and all(_json_type(v) == kind for v in values)
+            and not any(isinstance(v, int) and abs(v) > SAFE_INTEGER for v in values)
+        ):
+            spec["enum"] = list(dict.fromkeys(values))
+        return spec
+
+    def _linked_check(
+        self, op: _Operation, properties: dict[str, Any], result: dict[str, Any], warn
+    ) -> _Link | None:
+        """The read a link on the 202 (or 201) names, with its input taken from this
+        write's input and answer. A link that cannot be followed exactly is said and not
+        used: nothing is guessed."""
+        responses = op.responses()
+        for code in ("202", "201"):
+            if code not in responses:
+                continue
+            response, response_pointer = responses[code]
+            links = _dict(response.get("links"))
+            found = op.json_response((code,)) if links else None
+
+            def documented(pointer: str, found=found) -> str:
+                return self._type_at(found[0], found[1], pointer) if found else ""
+
+            for link_name, raw in links.items():
+                where = f"{response_pointer}/links/{escape_pointer_token(link_name)}"
+                self.doc.budget.spend(where)
+                try:
+                    link, where, _ = self.doc.deref(raw, where)
+                except _Refused as exc:
+                    warn(where, f"link {link_name!r}: {exc.message}")
+                    continue
+                if not isinstance(link, dict):
+                    continue
+                target = self._link_target(link, link_name, where, warn)
+                if target is None:
+                    continue
+                read = self.reads.get(target.path)
+                if read is None:
+                    warn(
+                        where,
+                        f"link {link_name!r}: {target.describe()} is not proposed as a read "
+                        "in this import: check_with not wired",
+                    )
+                    continue
+                wired = self._link_inputs(
+                    link, link_name, where, read, properties, result, warn, documented
+                )
+                if wired is not None:
+                    inputs, fields, added = wired
+                    return _Link(link_name, target, read, inputs, fields, added)
+        return None
+
+    def _type_at(self, raw: Any, schema_pointer: str, pointer: str) -> str:
+        """What the answer's schema says is at ``pointer``: a result type, "nested", or
+        "" when it does not say."""
+        converter = _SchemaConverter(self.doc, lambda *_: None)
+        try:
+            node, where, stack = self._object(raw, schema_pointer, (), converter)
+            for raw_token in pointer[1:].split("/"):
+                token = raw_token.replace("~1", "/").replace("~0", "~")
+                self.doc.budget.spend(where)
+                if not isinstance(node, dict):
+                    return ""
+                if "array" in converter._types(node) and token.isdigit():
+                    child, child_where = node.get("items"), f"{where}/items"
+                else:
+                    props = _dict(node.get("properties"))
+                    if token not in props:
+                        return ""
+                    child = props[token]
+                    child_where = f"{where}/properties/{escape_pointer_token(token)}"
+                node, where, stack = self._object(child, child_where, stack, converter)
+        except _Refused:
+            return ""
+        if not isinstance(node, dict):
+            return ""
+        types = [t for t in converter._types(node) if t != "null"]
+        if {"object", "array"} & set(types):
+            return "nested"
+        return types[0] if len(types) == 1 and types[0] in RESULT_TYPES else ""
+
+    def _link_target(self, link: dict[str, Any], name: str, where: str, warn) -> _Operation | None:
+        op_id, op_ref = link.get("operationId"), link.get("operationRef")
+        target = None
+        if isinstance(op_id, str):
+            target = self.gets_by_id.get(op_id)
+            named = repr(op_id)
+        elif isinstance(op_ref, str):
+            target = self._operation_ref(op_ref)
+            named = f"operationRef {op_ref[:200]!r}"
+        else:
+            return None
+        if target is None:
+            warn(
+                where,
+                f"link {name!r}: {named} is no GET operation of this document (references "
+                "outside it are never followed): not a read",
+            )
+            return None
+        if "server" in link:
+            warn(where, f"link {name!r} names another server: the read would not be this one")
+            return None
+        return target
+
+    def _operation_ref(self, ref: str) -> _Operation | None:
+        """``#/paths/~1jobs~1{id}/get`` → that GET; nothing outside the document."""
+        if not ref.startswith("#/paths/"):
+            return None
+        tokens = ref[2:].split("/")
+        if len(tokens) != 3 or tokens[2] != "get":
+            return None
+        path = unquote(tokens[1]).replace("~1", "/").replace("~0", "~")
+        return self.gets_by_path.get(path)
+
+    def _link_inputs(
+        self,
+        link: dict[str, Any],
+        link_name: str,
+        where: str,
+        read: _Draft,
+        properties: dict[str, Any],
+        result: dict[str, Any],
+        warn,
+        documented,
+    ) -> tuple[dict[str, Any], dict[str, Any], tuple[str, ...]] | None:
+        """check_with's input for every input the read requires, from the link's
+        parameters; the result fields with the fields it needs added."""
+        given: dict[str, Any] = {}
+        for key, expression in _dict(link.get("parameters")).items():
+            location, _, pname = str(key).rpartition(".")
+            if location and location != "path":
+                warn(where, f"link {link_name!r}: {key!r} is not sent by a read: not used")
+                continue
+            given[_identifier(pname)] = expression
+        schema = read.definition["input_schema"]
+        needed = list(schema.get("required") or [])
+        fields = dict(result)
+        added: list[str] = []
+        inputs: dict[str, Any] = {}
+        for param in needed:
+            if param not in given:
+                warn(
+                    where,
+                    f"link {link_name!r} does not say where the read's {param!r} comes from: "
+                    "check_with not wired (nothing is guessed)",
+                )
+                return None
+            source = self._link_source(
+                given[param],
+                param,
+                schema["properties"].get(param) or {},
+                properties,
+                fields,
+                documented,
+            )
+            if isinstance(source, str):
+                warn(where, f"link {link_name!r}, {param!r}: {source}: check_with not wired")
+                return None
+            if "$result" in source and source["$result"] not in result:
+                added.append(source["$result"])
+            inputs[param] = source
+        for extra in sorted(set(given) - set(needed)):
+            warn(where, f"link {link_name!r}: {extra!r} is no input of {read.name}: not used")
+        # The fields the check needs stay; the last of the others make room for them.
+        while len(fields) > MAX_RESULT_FIELDS:
+            dropped = next(k for k in reversed(fields) if k not in added)
+            del fields[dropped]
+            warn(where, f"result: {dropped!r} left out to make room for the link's fields")
+        return inputs, fields, tuple(added)
+
+    def _link_source(
+        self,
+        expression: Any,
+        param: str,
+        param_schema: dict[str, Any],
+        properties: dict[str, Any],
+        fields: dict[str, Any],
+        documented,
+    ) -> dict[str, str] | str:
+        """``{"$input": ...}`` or ``{"$result": ...}`` (adding the result field), or why
+        the expression cannot be carried."""
+        if not isinstance(expression, str):
+            return "a constant, which check_with cannot carry"
+        text = expression.strip()
+        if text.startswith("{") and text.endswith("}"):
+            text = text[1:-1].strip()
+        if not text.startswith("$"):
+            return "a constant, which check_with cannot carry"
+        if text.startswith("$request.path."):
+            name = _identifier(text.removeprefix("$request.path."))
+            return {"$input": name} if name in properties else f"{text} is no input of this write"
+        if text.startswith("$request.body#/"):
+            token = text.removeprefix("$request.body#/").replace("~1", "/").replace("~0", "~")
+            if token in properties and "/" not in text.removeprefix("$request.body#/"):
+                return {"$input": token}
+            return f"{text} is no top-level input of this write"
+        wanted = _scalar_type(param_schema)
+        if text.startswith("$response.body#/"):
+            pointer = text.removeprefix("$response.body#")
+            if not re.fullmatch(r"(/[^/]+)+", pointer) or len(pointer) > 500:
+                return f"{text[:200]!r} is not a JSON pointer into the answer"
+            # Where the answer's schema documents the value, it must be the read's kind
+            # of value (an undocumented one is taken at the link's word).
+            kind = documented(pointer)
+            if kind == "nested":
+                return f"the answer's {pointer} holds an object or a list, not a value"
+            if kind and kind != wanted:
+                return f"the answer's {pointer} is {kind}, and the read's {param!r} is {wanted}"
+            spec: dict[str, Any] = {"pointer": pointer, "type": wanted}
+        elif text.lower().startswith("$response.header."):
+            header = text[len("$response.header.") :]
+            if header.lower() == "location":
+                return (
+                    "a Location is a URL, not a value of the read's input (x-countersign "
+                    "status follows a Location instead)"
+                )
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,63}", header):
+                return f"{header[:100]!r} is not a header name"
+            if wanted != "string":
+                return f"a header is text, and the read's {param!r} is {wanted}"
+            spec = {"header": header, "type": "string"}
+        else:
+            return f"{text[:200]!r} is not an input or a field of the answer"
+        source_key = "pointer" if "pointer" in spec else "header"
+        for name, existing in fields.items():
+            if existing.get(source_key) == spec[source_key]:
+                if existing["type"] != wanted:
+                    return f"the answer's {name!r} is {existing['type']}, the read wants {wanted}"
+                return {"$result": name}
+        if wanted == "string":
+            given = param_schema.get("maxLength")
+            ok = isinstance(given, int) and not isinstance(given, bool) and given >= 1
+            spec["max_length"] = min(given if ok else DEFAULT_MAX_LENGTH, MAX_RESULT_LENGTH)
+        name = snake_case(param)[:60].rstrip("_") or "linked"
+        if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name):
+            name = "linked"
+        base, n = name, 2
+        while name in fields:
+            name, n = f"{base}_{n}", n + 1
+        fields[name] = spec
+        return {"$result": name}
+
+    def _same_path_read(
+        self, op: _Operation, kind: str, definition: dict[str, Any], properties: dict[str, Any]
+    ) -> _Draft | None:
+        """The read of the very GET a change already reads (update, replace, delete, a
+        readable create): it checks an unknown outcome with the same input."""
+        if kind == "invoke" or not isinstance(definition.get("read"), dict):
+            return None
+        read = self.reads.get(op.path)
+        if read is None:
+            return None
+        needed = read.definition["input_schema"].get("required") or []
+        return read if all(key in properties for key in needed) else None
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def propose_read(self, op: _Operation) -> _Draft | str:
+        """A GET that reads one resource as a disabled read action, or why it is not
+        proposed (a list, a search, no JSON answer)."""
+        warnings: list[dict[str, str]] = []
+
+        def warn(pointer: str, message: str) -> None:
+            item = _problem(pointer, message)
+            if item not in warnings:
+                warnings.append(item)
+
+        xc = _x_countersign(op)
+        base = f"{op.pointer}/x-countersign"
+        if "kind" in xc:
+            raise _Refused(f"{base}/kind", "x-countersign kind is for writes: a GET is a read")
+        if xc.get("class", "observation") != "observation":
+            raise _Refused(
+                f"{base}/class",
+                f"x-countersign declares a GET {xc['class']}: a read is an observation",
+            )
+        for key in ("version", "precondition_field", "retry", "status_operation", "status"):
+            if key in xc:
+                warn(f"{base}/{key}", f"x-countersign {key} is for writes: not used by a read")
+        placeholders = re.findall(r"\{([^{}]+)\}", op.path)
+        if not placeholders:
+            return "no path parameter names one resource: lists and searches are not proposed"
+        found = op.json_response(("200",))
+        if found is None:
+            return "no JSON 200 answer: nothing to return"
+        converter = _SchemaConverter(self.doc, warn)
+        raw, answer_pointer, _ = found
+        node, answer_pointer, stack, why, prefix = self._answer(raw, answer_pointer, converter)
+        if node is None:
+            return f"{why}: not proposed"
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        target = op.path
+        path_params = set(placeholders)
+        for param, pointer in op.parameters():
+            pname, where = param["name"], param["in"]
+            if where == "path":
+                input_name, properties[input_name] = _path_input(converter, param, pointer)
+                required.append(input_name)
+                if input_name != pname:
+                    target = target.replace("{" + pname + "}", "{" + input_name + "}")
+                path_params.discard(pname)
+            elif where == "query":
+                if param.get("required") is True:
+                    return (
+                        f"required query parameter {pname!r}: a search is not proposed "
+                        "(a catalog read's target has no query string)"
+                    )
+                warn(
+                    pointer,
+                    f"query parameter {pname!r} is not sent (a catalog read's target has no "
+                    "query string)",
+                )
+            elif where == "header":
+                if pname.lower() in HANDLED_HEADERS | {"if-none-match", "if-match"}:
+                    continue
+                if param.get("required") is True:
+                    raise _Refused(
+                        pointer, f"required header {pname!r}: a read sends no headers of its own"
+                    )
+                warn(pointer, f"header {pname!r} is not sent by a read")
+            else:
+                warn(pointer, f"cookie parameter {pname!r} is not sent")
+        for missing in sorted(path_params):
+            input_name = _identifier(missing)
+            warn(op.pointer, f"path parameter {missing!r} is not documented")
+            properties[input_name] = converter.convert(
+                {"type": "string"}, op.pointer, name=input_name, identifier=True
+            )
+            required.append(input_name)
+            target = target.replace("{" + missing + "}", "{" + input_name + "}")
+        result = self._result(node, answer_pointer, stack, converter, warn, prefix=prefix)
+        if not result:
+            return "the answer has no top-level field a result can declare: not proposed"
+        if op.node.get("deprecated") is True:
+            warn(op.pointer, "the operation is deprecated")
+        name = self._name(op, xc, warn)
+        definition: dict[str, Any] = {
+            "title": self._title(op, name, warn),
+            "connector": self.connector,
+            "kind": "read",
+            "consequence_class": "observation",
+            "enabled": False,
+        }
+        description = op.text("description")
+        if description:
+            definition["description"] = description[:2000]
+        definition["card"], drafted = self._card(op, xc, warn, result)
+        definition["input_schema"] = {
+            "type": "object",
+            "additionalProperties": False,
+            "required": list(dict.fromkeys(required)),
+            "properties": properties,
+        }
+        encoded = _encode_path_literals(target)
+        if encoded != target:
+            warn(
+                op.pointer,
+                f"the path is sent percent-encoded ({encoded}): characters such as '@' or "
+                "':' are not used raw in catalog paths; check the upstream accepts it",
+            )
+        definition["target"] = encoded
+        definition["result"] = result
+        warn(
+            op.pointer,
+            "a read: if what it returns is private, mark it sensitive: true (a reviewer "
+            "then approves every call); add scope rules for the records an agent may see",
+        )
+        return _Draft(
+            op=op,
+            name=name,
+            kind="read",
+            consequence_class="observation",
+            class_source="x-countersign" if "class" in xc else "method",
+            class_lowered_from="",
+            definition=definition,
+            warnings=warnings,
+            status_operation="",
+            card_result_drafted=drafted,
+        )
+
+
+_NESTED = object()  # a field holding an object or an array: never proposed
+
+
+@dataclass
+class _Link:
+    """An OpenAPI link from a write's answer to the read that checks it."""
+
+    name: str
+    op: _Operation
+    read: _Draft
+    inputs: dict[str, Any]
+    result: dict[str, Any]  # the write's result fields, with those the check needs
+    added: tuple[str, ...]
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string" if isinstance(value, str) else "other"
+
+
+def _scalar_type(schema: dict[str, Any]) -> str:
+    """The result type of a value an input schema takes (string unless it says)."""
+    types = [t for t in sorted(_types_of(schema)) if t != "null"]
+    return types[0] if len(types) == 1 and types[0] in RESULT_TYPES else "string"
+
+
+def _few(names: list[str], count: int = 8) -> str:
+    shown = ", ".join(names[:count])
+    return shown + (f" and {len(names) - count} more" if len(names) > count else "")
+
+
+def result_sentence(result: dict[str, Any]) -> str:
+    """The card's ``result`` drafted from the declared fields: it names them all, or as
+    many as a card line holds."""
+    head, names = "Only these fields of the upstream's answer: ", list(result)
+    shown: list[str] = []
+    for name in names:
+        if len(head) + len(", ".join([*shown, name])) > 440:
+            break
+        shown.append(name)
+    more = len(names) - len(shown)
+    return head + ", ".join(shown) + (f" and {more} more" if more else "") + "."
 
 
 # --- the import -----------------------------------------------------------------------------
@@ -1601,7 +2482,8 @@ def import_openapi(
     tags: list[str] | None = None,
     headers: dict[str, str] | None = None,
 ) -> ImportReport:
-    """Propose one disabled action per write operation; store them all or none.
+    """Propose one disabled action per write operation and per GET of one resource;
+    store them all or none.
 
     ``prefix`` is put before every proposed name (names are unique in the catalog, and
     two APIs often use the same ones); ``only`` (operationIds) and ``tags`` select the
@@ -1675,12 +2557,38 @@ def _import(
         if key in doc.root:
             report.warnings.append(_problem(f"/{key}", f"{key} at the top level is not imported"))
     proposer = _Proposer(doc, connector, prefix, headers)
+    selected = _selected(doc, proposer.operations, only=only, tags=tags)
+
+    def attempt(op: _Operation, make) -> _Draft | str | None:
+        try:
+            return make(op)
+        except _Refused as exc:
+            reasons = [_problem(exc.pointer, exc.message)]
+        except (TypeError, AttributeError, ValueError, KeyError) as exc:
+            # A part of the operation that is not shaped as OpenAPI says (a list where a
+            # mapping belongs, ...): refuse the operation rather than guess.
+            reasons = [_problem(op.pointer, f"the operation is malformed ({type(exc).__name__})")]
+        report.refused.append(RefusedOperation(op.label, _action_name(op)[0], reasons))
+        return None
+
+    # Reads first, so that a write can name the read that checks it.
     drafts: list[_Draft] = []
-    names: dict[str, str] = {}
-    for op in _selected(doc, proposer.operations, only=only, tags=tags):
+    for op in selected:
+        budget.check_time(op.pointer)
+        if op.method == "head":
+            report.reads.append(
+                ListedRead(op.describe(), "a HEAD answers without a body: not proposed")
+            )
+        elif op.method == "get":
+            made = attempt(op, proposer.propose_read)
+            if isinstance(made, str):
+                report.reads.append(ListedRead(op.describe(), made))
+            elif made is not None:
+                drafts.append(made)
+                proposer.reads[op.path] = made
+    for op in selected:
         budget.check_time(op.pointer)
         if op.method in ("get", "head"):
-            report.reads.append(op.describe())
             continue
         if op.method not in WRITE_METHODS:
             report.refused.append(
@@ -1691,45 +2599,38 @@ def _import(
                 )
             )
             continue
-        try:
-            draft = proposer.propose(op)
-        except _Refused as exc:
-            report.refused.append(
-                RefusedOperation(
-                    op.label, _action_name(op)[0], [_problem(exc.pointer, exc.message)]
-                )
-            )
-            continue
-        except (TypeError, AttributeError, ValueError, KeyError) as exc:
-            # A part of the operation that is not shaped as OpenAPI says (a list where a
-            # mapping belongs, ...): refuse the operation rather than guess.
-            report.refused.append(
-                RefusedOperation(
-                    op.label,
-                    _action_name(op)[0],
-                    [_problem(op.pointer, f"the operation is malformed ({type(exc).__name__})")],
-                )
-            )
-            continue
+        made = attempt(op, proposer.propose)
+        if isinstance(made, _Draft):
+            drafts.append(made)
+    order = {op.pointer: i for i, op in enumerate(selected)}
+    drafts.sort(key=lambda d: order[d.op.pointer])
+    names: dict[str, str] = {}
+    unique: list[_Draft] = []
+    for draft in drafts:
         if draft.name in names:
             report.refused.append(
                 RefusedOperation(
-                    op.label,
+                    draft.op.label,
                     draft.name,
                     [
                         _problem(
-                            op.pointer, f"the name {draft.name!r} is already {names[draft.name]}"
+                            draft.op.pointer,
+                            f"the name {draft.name!r} is already {names[draft.name]}",
                         )
                     ],
                 )
             )
+            draft.outcome = "refused"
             continue
-        names[draft.name] = f"proposed for {op.label}"
-        drafts.append(draft)
+        names[draft.name] = f"proposed for {draft.op.label}"
+        unique.append(draft)
 
     with transaction.atomic():
         report.connector_created = _ensure_connector(doc, connector, create_connector)
-        accepted = _check_drafts(drafts, report, budget)
+        # The reads are checked first: a write names only a read that is proposed.
+        accepted = _check_drafts([d for d in unique if d.kind == "read"], report, budget)
+        accepted += _check_drafts([d for d in unique if d.kind != "read"], report, budget)
+        report.proposed.sort(key=lambda p: order[p.pointer])
         if not dry_run:
             _store(accepted, actor=actor)
         stored_names = {p.name for p in report.proposed if p.stored in ("created", "updated")}
@@ -1809,7 +2710,8 @@ def _check_drafts(
     }
     for draft in drafts:
         budget.check_time(draft.op.pointer)
-        problems = validate_action_definition(draft.name, draft.definition)
+        draft.outcome = "refused"
+        problems = _follow_up_checked(draft)
         if problems:
             report.refused.append(
                 RefusedOperation(
@@ -1867,7 +2769,9 @@ def _check_drafts(
             pointer=draft.op.pointer,
         )
         report.proposed.append(proposed)
+        draft.outcome = "accepted"
         if current is not None and (current.enabled or current.class_confirmed):
+            draft.outcome = "kept"
             try:
                 same = digest(normalize(draft.definition)) == current.digest
             except CanonicalJSONError:
@@ -1885,6 +2789,39 @@ def _check_drafts(
             continue
         accepted.append((draft, proposed))
     return accepted
+
+
+def _follow_up_checked(draft: _Draft) -> list[CatalogProblem]:
+    """The catalog's problems with a draft. Its check_with names a read proposed with it
+    (checked against that proposal), or one an admin keeps in the catalog; when that read
+    is not proposed after all, or does not take the input, the check is dropped and said."""
+    read = draft.check_read
+    targets: dict[str, dict[str, Any]] = {}
+    if read is not None and "check_with" in draft.definition:
+        if read.outcome == "accepted":
+            targets = {read.name: read.definition}
+        elif read.outcome != "kept":
+            _drop_check_with(draft, f"the read {read.name} is not proposed")
+    problems = validate_action_definition(draft.name, draft.definition, follow_up_targets=targets)
+    wrong = [p for p in problems if p.pointer.startswith("/check_with")]
+    if wrong:
+        _drop_check_with(draft, "; ".join(f"{p.pointer}: {p.message}" for p in wrong))
+        problems = validate_action_definition(draft.name, draft.definition)
+    return problems
+
+
+def _drop_check_with(draft: _Draft, why: str) -> None:
+    definition = draft.definition
+    check = definition.pop("check_with", None) or {}
+    result = definition.get("result") or {}
+    for name in draft.link_fields:
+        result.pop(name, None)
+    if not result:
+        definition.pop("result", None)
+    if draft.card_result_drafted:
+        definition["card"]["result"] = result_sentence(result) if result else ""
+    draft.check_read, draft.link_fields = None, ()
+    draft.warn(draft.op.pointer, f"check_with {check.get('action', '')} not wired: {why}")
 
 
 def _store(accepted: list[tuple[_Draft, ProposedAction]], *, actor: str) -> None:

@@ -682,3 +682,118 @@ def test_an_imported_action_is_reviewed_then_enabled(client, catalog):
     bulk(client, "confirm_class_and_enable", action)
     action.refresh_from_db()
     assert (action.enabled, action.class_confirmed, action.source) == (True, True, "admin")
+
+
+JOB = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "maxLength": 40},
+        "state": {"type": "string", "enum": ["queued", "done"]},
+        "log": {"type": "array", "items": {"type": "string"}},
+    },
+}
+JOB_ID = {"type": "string", "pattern": "^j-[0-9]{1,10}$"}
+JOBS_API = json.dumps(
+    {
+        "openapi": "3.1.0",
+        "info": {"title": "Jobs", "version": "1"},
+        "paths": {
+            "/jobs": {
+                "get": {"operationId": "listJobs", "responses": {"200": {"description": "all"}}},
+                "post": {
+                    "operationId": "startJob",
+                    "summary": "Start one job",
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {"kind": {"enum": ["export"]}},
+                                }
+                            }
+                        }
+                    },
+                    "responses": {
+                        "202": {
+                            "description": "queued",
+                            "content": {"application/json": {"schema": JOB}},
+                            "links": {
+                                "Loop": {"$ref": "#/components/links/Loop"},
+                                "Job": {
+                                    "operationId": "getJob",
+                                    "parameters": {"job_id": "$response.body#/id"},
+                                },
+                            },
+                        }
+                    },
+                },
+            },
+            "/jobs/{job_id}": {
+                "get": {
+                    "operationId": "getJob",
+                    "summary": "Read one job's state",
+                    "parameters": [
+                        {"name": "job_id", "in": "path", "required": True, "schema": JOB_ID}
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "the job",
+                            "content": {"application/json": {"schema": JOB}},
+                        }
+                    },
+                }
+            },
+        },
+        "components": {"links": {"Loop": {"$ref": "#/components/links/Loop"}}},
+    }
+)
+
+
+def test_the_import_page_shows_reads_their_results_and_checks(client, catalog):
+    demo = Connector.objects.get(name="demo")
+    upload = SimpleUploadedFile("jobs.json", JOBS_API.encode(), "application/json")
+
+    response = client.post(import_url(), {"connector": demo.pk, "file": upload})
+
+    assert response.status_code == 200
+    report = response.context["report"]
+    assert [(p.name, p.kind) for p in report.proposed] == [
+        ("start_job", "invoke"),
+        ("get_job", "read"),
+    ]
+    page = response.content.decode()
+    # Each proposal says what the agent would receive, and the write names its check.
+    assert page.count('data-testid="result-fields"') == 2
+    assert "<code>id (string)</code>" in page
+    assert "<code>state (string: queued, done)</code>" in page
+    assert '<code data-testid="check-with">get_job</code>' in page
+    assert "Read operation not proposed (1)" in page
+    assert "listJobs: GET /jobs" in page and "lists and searches are not proposed" in page
+    # A link that refers to itself is said, not a 500.
+    assert "link &#x27;Loop&#x27;: recursive schema" in page
+
+    # In Portuguese, the new wording is translated.
+    upload = SimpleUploadedFile("jobs.json", JOBS_API.encode(), "application/json")
+    translated = client.post(
+        import_url(),
+        {"connector": demo.pk, "file": upload, "dry_run": "on"},
+        HTTP_ACCEPT_LANGUAGE="pt-BR,pt;q=0.9",
+    ).content.decode()
+    assert "devolve ao agente" in translated and "verificada com" in translated
+    assert "Operação de leitura não proposta (1)" in translated
+
+    # The stored read is reviewed like any import: card completed, class confirmed, on.
+    read = Action.objects.get(name="get_job")
+    assert read.definition["result"]["id"] == {"pointer": "/id", "type": "string", "max_length": 40}
+    card = {
+        **read.definition["card"],
+        **{k: f"The {k}, in plain words." for k in CARD_FIELDS if k != "result"},
+    }
+    assert edit_definition(client, read, edited(read, card=card)).status_code == 302
+    bulk(client, "confirm_class_and_enable", Action.objects.get(name="get_job"))
+    read.refresh_from_db()
+    assert (read.enabled, read.class_confirmed, read.kind) == (True, True, "read")
+    assert Action.objects.get(name="start_job").definition["check_with"] == {
+        "action": "get_job",
+        "input": {"job_id": {"$result": "id"}},
+    }

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from actions.catalog import load_catalog, validate_action_definition
+from actions.catalog import load_catalog, validate_action_definition, validate_catalog
 from actions.lib.models import AuditEvent
 from actions.models import Action, ActionVersion, Connector
 from actions.openapi_import import (
@@ -45,6 +45,16 @@ def has_warning(item, fragment: str) -> bool:
 
 def refused(report: ImportReport) -> dict[str, str]:
     return {r.operation: r.reason for r in report.refused}
+
+
+def writes(report: ImportReport) -> list:
+    """The proposed changes (everything but the proposed reads)."""
+    return [p for p in report.proposed if p.kind != "read"]
+
+
+def listed(report: ImportReport) -> dict[str, str]:
+    """The GETs and HEADs not proposed, and why."""
+    return {r.operation: r.reason for r in report.reads}
 
 
 def mini(paths: dict, *, version: str = "3.1.0", **extra) -> str:
@@ -111,6 +121,22 @@ def connectors(db):
         Connector.objects.create(name=name, base_url=f"https://{name}.example.com")
 
 
+def assert_loadable(report: ImportReport) -> None:
+    """Every proposal passes the loader's checks: alone (a check_with checked against the
+    read proposed with it) and all together, as one catalog file."""
+    reads = {p.name: p.definition for p in report.proposed if p.kind == "read"}
+    for proposed in report.proposed:
+        check = proposed.definition.get("check_with")
+        targets = {check["action"]: reads[check["action"]]} if check else {}
+        problems = validate_action_definition(
+            proposed.name, proposed.definition, follow_up_targets=targets
+        )
+        assert problems == [], proposed.name
+    validate_catalog(
+        {"version": 1, "actions": {p.name: p.definition for p in report.proposed}}, "import"
+    )
+
+
 def walk_schemas(schema: dict, where: str = ""):
     yield where, schema
     for name, sub in (schema.get("properties") or {}).items():
@@ -127,10 +153,22 @@ def test_deployments_api(connectors):
 
     assert [(p.name, p.operation, p.kind, p.consequence_class) for p in report.proposed] == [
         (
+            "get_build_status",
+            "GET /projects/{project_id}/builds/{build_id}",
+            "read",
+            "observation",
+        ),
+        (
             "create_preview_deployment",
             "POST /projects/{project_id}/deployments",
             "invoke",
             "external",
+        ),
+        (
+            "get_deployment",
+            "GET /projects/{project_id}/deployments/{deployment_id}",
+            "read",
+            "observation",
         ),
         (
             "set_deployment_ttl",
@@ -152,11 +190,11 @@ def test_deployments_api(connectors):
         ),
     ]
     assert report.refused == []
-    assert report.reads == [
-        "getBuildStatus: GET /projects/{project_id}/builds/{build_id}",
-        "listDeployments: GET /projects/{project_id}/deployments",
-        "getDeployment: GET /projects/{project_id}/deployments/{deployment_id}",
-    ]
+    # A list is not a read an agent gets one record from.
+    assert listed(report) == {
+        "listDeployments: GET /projects/{project_id}/deployments": "the answer is a list: "
+        "not proposed"
+    }
     assert has_warning(report.warnings, "webhooks at the top level is not imported")
 
     create = report.action("create_preview_deployment")
@@ -169,7 +207,34 @@ def test_deployments_api(connectors):
     assert create.status_operation == (
         "getDeployment: GET /projects/{project_id}/deployments/{deployment_id}"
     )
-    assert has_warning(create, "202 Accepted: status operation getDeployment")
+    # The 202's link names the read and where its input comes from: the project from the
+    # write's input, the deployment from the answer's id, which the result declares.
+    assert create.definition["check_with"] == {
+        "action": "get_deployment",
+        "input": {"project_id": {"$input": "project_id"}, "deployment_id": {"$result": "id"}},
+    }
+    assert create.definition["result"] == {
+        "id": {"pointer": "/id", "type": "string", "max_length": 200},
+        "state": {
+            "pointer": "/state",
+            "type": "string",
+            "max_length": 200,
+            "enum": ["queued", "running", "ready", "failed"],
+        },
+        "revision": {"pointer": "/revision", "type": "integer"},
+        "build_id": {"pointer": "/build_id", "type": "string", "max_length": 200},
+    }
+    assert has_warning(create, "'url' is a URL (results never carry URLs")
+    # x-countersign's rules, asked at the 202's Location.
+    assert create.definition["status"] == {
+        "from_location": True,
+        "done_when": {"pointer": "/state", "equals": "ready"},
+        "failed_when": {"pointer": "/state", "equals": "failed"},
+        "max_checks": 20,
+    }
+    assert has_warning(
+        create, "202 Accepted: the agent checks the work with the read get_deployment"
+    )
     assert not has_warning(create, "202 without a status operation")
     assert has_warning(create, "POST with no idempotency key and no conditional write")
     assert create.definition["input_schema"]["required"] == ["project_id", "build_id", "reason"]
@@ -179,6 +244,17 @@ def test_deployments_api(connectors):
         "content_type": "application/json",
     }
     assert "read" not in create.definition
+
+    read = report.action("get_deployment")
+    assert read.definition["input_schema"]["required"] == ["project_id", "deployment_id"]
+    assert read.definition["target"] == "/projects/{project_id}/deployments/{deployment_id}"
+    assert read.definition["result"] == create.definition["result"]
+    assert read.definition["card"]["result"] == (
+        "Only these fields of the upstream's answer: id, build_id, state, revision."
+    )
+    assert read.definition["enabled"] is False
+    assert has_warning(read, "card incomplete (scope, consent, retry)")
+    assert has_warning(read, "mark it sensitive: true")
 
     ttl = report.action("set_deployment_ttl")
     assert ttl.class_source == "method"
@@ -202,6 +278,16 @@ def test_deployments_api(connectors):
     assert has_warning(ttl, "identifier 'deployment_id' has no pattern or enum")
     assert has_warning(ttl, "card incomplete (scope, result, consent, retry)")
     assert ttl.definition["card"]["effect"] == "Change how long one preview deployment is kept"
+    # Its 200 documents no body: no result. An unknown outcome is checked by the read of
+    # the very GET the update reads.
+    assert "result" not in ttl.definition
+    assert ttl.definition["check_with"] == {
+        "action": "get_deployment",
+        "input": {
+            "project_id": {"$input": "project_id"},
+            "deployment_id": {"$input": "deployment_id"},
+        },
+    }
 
     delete = report.action("delete_preview_deployment")
     assert delete.definition["version"] == {"source": "field", "field": "/revision"}
@@ -220,11 +306,12 @@ def test_invoicing_api(connectors):
 
     assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
         "create_invoice": ("invoke", "external"),
+        "get_invoice": ("read", "observation"),
         "update_invoice": ("update", "reversible"),
         "void_invoice": ("delete", "irreversible"),
         "send_invoice": ("invoke", "external"),
     }
-    assert report.reads == ["getInvoice: GET /invoices/{invoice_id}"]
+    assert report.reads == []
     assert refused(report) == {
         "POST /invoices/{invoice_id}/actions": "free-form request body (an object with no "
         "named fields): generic passthrough",
@@ -253,6 +340,21 @@ def test_invoicing_api(connectors):
     # An open map is not offered to agents (it is optional, so the action stays usable).
     assert "metadata" not in schema["properties"]
     assert has_warning(create, "optional field 'metadata' is a free-form object: not offered")
+    # The 201 answer (allOf of the new invoice and its server fields) gives the result:
+    # the ids first, then status and version, then the rest; the line items and the
+    # metadata are nested, so a person adds what the agent needs.
+    assert list(create.definition["result"]) == [
+        "id",
+        "customer_id",
+        "status",
+        "version",
+        "currency",
+        "memo",
+    ]
+    assert create.definition["result"]["status"]["enum"] == ["draft", "open", "paid", "void"]
+    assert has_warning(create, "nested objects and arrays are never proposed (lines, metadata)")
+    # No link and no GET of the same path: nothing checks a create's work.
+    assert "check_with" not in create.definition
 
     update = report.action("update_invoice")
     vague = [w for w in update.warnings if "vague verb 'manage'" in w["message"]]
@@ -267,6 +369,11 @@ def test_invoicing_api(connectors):
     }
     assert has_warning(update, "'memo': string without maxLength; proposed 200")
     assert update.definition["write"]["content_type"] == "application/json"
+
+    for change in (update, report.action("void_invoice")):
+        assert change.check_with == "get_invoice"
+    invoice = report.action("get_invoice")
+    assert invoice.definition["result"] == create.definition["result"]
 
     void = report.action("void_invoice")
     assert has_warning(void, "query parameter 'reason' is not sent")
@@ -283,6 +390,7 @@ def test_crm_api(connectors):
 
     assert {p.name: (p.operation, p.kind, p.consequence_class) for p in report.proposed} == {
         "create_contact": ("POST /contacts", "create", "reversible"),
+        "get_contact": ("GET /contacts/{contact_id}", "read", "observation"),
         "update_contact": ("PATCH /contacts/{contact_id}", "update", "reversible"),
         "replace_contact_address": ("PUT /contacts/{contact_id}", "replace", "reversible"),
         "delete_contact": ("DELETE /contacts/{contact_id}", "delete", "irreversible"),
@@ -291,7 +399,24 @@ def test_crm_api(connectors):
         "PUT /contacts/{contact_id}/avatar": "'image_url' names a URL: a URL an agent chooses "
         "makes the action a generic passthrough"
     }
-    assert report.reads == ["listContacts: GET /contacts", "getContact: GET /contacts/{contact_id}"]
+    # A search (a required query parameter, no path parameter): not proposed.
+    assert listed(report) == {
+        "listContacts: GET /contacts": "no path parameter names one resource: lists and "
+        "searches are not proposed"
+    }
+    contact = report.action("get_contact")
+    assert contact.definition["result"] == {
+        "id": {"pointer": "/id", "type": "string", "max_length": 200},
+        "workspace": {
+            "pointer": "/workspace",
+            "type": "string",
+            "max_length": 200,
+            "enum": ["ws-blue", "ws-red"],
+        },
+        "name": {"pointer": "/name", "type": "string", "max_length": 120},
+        "email": {"pointer": "/email", "type": "string", "max_length": 254},
+    }
+    assert has_warning(contact, "nested objects and arrays are never proposed (tags, address)")
 
     for name in ("update_contact", "replace_contact_address", "delete_contact"):
         action = report.action(name)
@@ -334,6 +459,17 @@ def test_crm_api(connectors):
     # A POST to a collection gets a server-assigned id: there is nothing to read first.
     assert create.definition["read"] is None
     assert "id" not in create.definition["input_schema"]["properties"]  # readOnly
+    # ...but the answer carries it, and the 201's link (an operationRef, through
+    # components/links) says the read of the new contact takes it.
+    assert create.definition["result"]["id"] == {
+        "pointer": "/id",
+        "type": "string",
+        "max_length": 200,
+    }
+    assert create.definition["check_with"] == {
+        "action": "get_contact",
+        "input": {"contact_id": {"$result": "id"}},
+    }
     assert has_warning(create, "POST with no idempotency key and no conditional write")
 
 
@@ -341,9 +477,9 @@ def test_crm_api(connectors):
 def test_every_proposal_is_a_valid_narrow_definition(connectors, name):
     report = run(name, connector=name, dry_run=True)
     assert report.proposed
+    assert_loadable(report)
     for proposed in report.proposed:
         definition = proposed.definition
-        assert validate_action_definition(proposed.name, definition) == []
         assert definition["enabled"] is False
         assert definition["input_schema"]["additionalProperties"] is False
         for where, schema in walk_schemas(definition["input_schema"]):
@@ -364,10 +500,16 @@ def test_imported_actions_are_stored_disabled_and_unconfirmed(connectors):
     report = run("crm", connector="crm", source_name="crm.yaml")
 
     assert {p.name: p.stored for p in report.proposed} == dict.fromkeys(
-        ["create_contact", "update_contact", "replace_contact_address", "delete_contact"],
+        [
+            "create_contact",
+            "get_contact",
+            "update_contact",
+            "replace_contact_address",
+            "delete_contact",
+        ],
         "created",
     )
-    assert Action.objects.count() == 4
+    assert Action.objects.count() == 5
     for proposed in report.proposed:
         action = Action.objects.get(name=proposed.name)
         assert action.enabled is False
@@ -419,7 +561,7 @@ def test_a_dry_run_stores_nothing(connectors):
     report = run("invoicing", connector="invoicing", dry_run=True)
 
     assert report.dry_run
-    assert len(report.proposed) == 4
+    assert len(report.proposed) == 5
     assert {p.stored for p in report.proposed} == {None}
     assert Action.objects.count() == 0
     assert AuditEvent.objects.count() == events
@@ -450,8 +592,14 @@ def test_a_name_taken_by_a_catalog_action_is_refused(db):
     report = run(mini(contact_patch()), connector="demo")
 
     assert report.proposed == []
-    assert "an action named 'update_contact_email' already exists (from catalog file)" in (
-        report.refused[0].reason
+    assert (
+        "an action named 'update_contact_email' already exists (from catalog file)"
+        in (refused(report)["PATCH /contacts/{contact_id}"])
+    )
+    # The GET's read has the name of the catalog's own read: refused too, never re-pointed.
+    assert (
+        "an action named 'get_contact' already exists (from catalog file)"
+        in (refused(report)["GET /contacts/{contact_id}"])
     )
     after = Action.objects.get(name="update_contact_email")
     assert (after.version, after.digest, after.source) == (before.version, before.digest, "catalog")
@@ -544,12 +692,12 @@ def test_the_connector_can_be_created_from_the_servers_entry(db):
     assert report.connector_created
     # The server variable's default is filled in.
     assert Connector.objects.get(name="crm").base_url == "https://crm.example.com/api/v7"
-    assert Action.objects.filter(connector__name="crm").count() == 4
+    assert Action.objects.filter(connector__name="crm").count() == 5  # 4 changes and a read
 
 
 def test_a_dry_run_does_not_create_the_connector(db):
     report = run("crm", connector="crm", create_connector=True, dry_run=True)
-    assert report.connector_created and len(report.proposed) == 4
+    assert report.connector_created and len(report.proposed) == 5
     assert Connector.objects.count() == 0
 
 
@@ -563,7 +711,7 @@ def test_a_relative_server_cannot_become_a_connector(db):
 def test_json_documents_are_accepted(api):
     document = yaml.safe_load(mini(contact_patch()))
     report = import_openapi(json.dumps(document), connector="api", actor="ada", dry_run=True)
-    assert [p.name for p in report.proposed] == ["update_contact_email"]
+    assert [p.name for p in report.proposed] == ["get_contact", "update_contact_email"]
 
 
 # --- single operations refused ----------------------------------------------------------------
@@ -697,12 +845,15 @@ def test_a_recursive_schema_refuses_only_its_operation(api):
 
     report = run(mini(paths, components=components))
 
-    assert [p.name for p in report.proposed] == ["update_contact_email"]
+    assert [p.name for p in writes(report)] == ["update_contact_email"]
     assert (
         "recursive schema: #/components/schemas/Folder refers back to itself"
         in (refused(report)["POST /folders"])
     )
-    assert list(Action.objects.values_list("name", flat=True)) == ["update_contact_email"]
+    assert sorted(Action.objects.values_list("name", flat=True)) == [
+        "get_contact",
+        "update_contact_email",
+    ]
 
 
 def test_a_required_query_parameter_is_refused(api):
@@ -756,9 +907,9 @@ def test_a_delete_without_a_read_is_refused_and_a_patch_becomes_an_invoke(api):
 def test_a_malformed_operation_is_refused_not_a_crash(api, change, reason):
     report = run(mini(contact_patch(**change)), dry_run=True)
     if reason is None:
-        assert [p.name for p in report.proposed] == ["update_contact_email"]
+        assert [p.name for p in writes(report)] == ["update_contact_email"]
     else:
-        assert report.proposed == []
+        assert writes(report) == []
         assert refused(report) == {"PATCH /contacts/{contact_id}": reason}
 
 
@@ -773,11 +924,21 @@ def test_two_operations_with_one_name(api):
     paths = contact_patch()
     paths["/people/{contact_id}"] = contact_patch()["/contacts/{contact_id}"]
     report = run(mini(paths))
-    assert [p.operation for p in report.proposed] == ["PATCH /contacts/{contact_id}"]
+    assert [p.operation for p in report.proposed] == [
+        "GET /contacts/{contact_id}",
+        "PATCH /contacts/{contact_id}",
+    ]
     assert (
         "the name 'update_contact_email' is already proposed for PATCH /contacts"
         in (refused(report)["PATCH /people/{contact_id}"])
     )
+    # The second GET of the same name is refused the same way, and the second PATCH is
+    # never checked with the read that was refused.
+    assert (
+        "the name 'get_contact' is already proposed for GET /contacts"
+        in (refused(report)["GET /people/{contact_id}"])
+    )
+    assert report.action("update_contact_email").check_with == "get_contact"
 
 
 # --- proposals and lint -----------------------------------------------------------------------
@@ -951,8 +1112,8 @@ def test_the_command_prints_one_line_per_operation(connectors):
     lines = output.splitlines()
 
     assert lines[0].endswith(
-        "invoicing.yaml -> connector invoicing: 4 actions proposed, 2 operations refused, "
-        "1 read operations"
+        "invoicing.yaml -> connector invoicing: 5 actions proposed (1 reads), 2 operations "
+        "refused, 0 read operations not proposed"
     )
     update = next(line for line in lines if line.lstrip().startswith("update_invoice"))
     assert update.split() == [
@@ -973,9 +1134,15 @@ def test_the_command_prints_one_line_per_operation(connectors):
     assert "refused:" in lines
     assert "  process_invoice_action  POST /invoices/{invoice_id}/actions" in lines
     assert any(line.startswith("      x ") and "free-form request body" in line for line in lines)
-    assert "  getInvoice: GET /invoices/{invoice_id}" in lines
-    assert lines[-1].startswith("4 actions stored disabled")
-    assert Action.objects.count() == 4
+    read = next(line for line in lines if line.lstrip().startswith("get_invoice"))
+    assert read.split()[:3] == ["get_invoice", "read", "observation"]
+    assert lines[lines.index(read) + 1] == (
+        "      returns: id (string), customer_id (string), status (string: draft, open, paid, "
+        "void), version (integer), currency (string: EUR, USD, GBP), memo (string)"
+    )
+    assert "      checked with: get_invoice" in warnings
+    assert lines[-1].startswith("5 actions stored disabled")
+    assert Action.objects.count() == 5
 
 
 def test_the_command_dry_run_and_create_connector(db):
@@ -1017,6 +1184,7 @@ def test_chat_api(api):
 
     assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
         "create_message": ("invoke", "external"),
+        "get_message": ("read", "observation"),
         "update_message": ("update", "reversible"),
         "delete_message": ("delete", "irreversible"),
         "create_scheduled_event": ("invoke", "external"),
@@ -1074,8 +1242,7 @@ def test_chat_api(api):
         "type": ["string", "null"],
         "maxLength": 32,
     }
-    for proposed in report.proposed:
-        assert validate_action_definition(proposed.name, proposed.definition) == []
+    assert_loadable(report)
 
 
 @pytest.mark.parametrize(
@@ -1236,6 +1403,7 @@ def test_a_name_of_another_connector_is_never_re_pointed(api):
 
     prefixed = run(other, connector="api", prefix="api_")
     assert {p.name for p in prefixed.proposed} == {
+        "api_get_message",
         "api_post_message",
         "api_update_message",
         "api_delete_message",
@@ -1243,6 +1411,8 @@ def test_a_name_of_another_connector_is_never_re_pointed(api):
         "api_update_my_user",
     }
     assert Action.objects.get(name="api_delete_message").connector.name == "api"
+    # The prefixed change is checked with the prefixed read, of its own connector.
+    assert prefixed.action("api_delete_message").check_with == "api_get_message"
     assert Action.objects.get(name="delete_message").connector.name == "chat"
 
 
@@ -1276,7 +1446,9 @@ def test_the_command_selects_and_prefixes(api):
         str(DOCS / "chat.yaml"), "--connector", "api", "--only", "deleteMessage", "--prefix", "c_"
     )
     assert "c_delete_message" in output
-    assert "1 actions proposed, 0 operations refused" in output
+    assert "1 actions proposed (0 reads), 0 operations refused" in output
+    # The read of the same GET was not selected: nothing names it.
+    assert "checked with" not in output
     assert list(Action.objects.values_list("name", flat=True)) == ["c_delete_message"]
 
 
@@ -1329,8 +1501,7 @@ def test_billing_api_form_bodies(api):
         "required header 'From' has no value Countersign could send"
         in (refused(report)["POST /incidents"])
     )
-    for proposed in report.proposed:
-        assert validate_action_definition(proposed.name, proposed.definition) == []
+    assert_loadable(report)
 
 
 def test_a_required_header_is_fixed_by_the_import(api):
@@ -1374,6 +1545,7 @@ def test_swagger_2_documents_are_converted(api):
     assert has_warning(report.warnings, "converted from Swagger 2.0 to OpenAPI 3.0")
     assert has_warning(report.warnings, "securityDefinitions are not imported")
     assert {p.name: (p.kind, p.consequence_class) for p in report.proposed} == {
+        "get_product": ("read", "observation"),
         "update_product": ("update", "reversible"),
         "delete_product": ("delete", "irreversible"),
         "add_review": ("invoke", "external"),
@@ -1396,8 +1568,7 @@ def test_swagger_2_documents_are_converted(api):
     assert review.definition["write"]["content_type"] == "application/x-www-form-urlencoded"
     assert review.definition["input_schema"]["required"] == ["product_id", "stars"]
     assert review.definition["input_schema"]["properties"]["tags"]["maxItems"] == 3
-    for proposed in report.proposed:
-        assert validate_action_definition(proposed.name, proposed.definition) == []
+    assert_loadable(report)
 
 
 def test_the_created_connector_of_a_swagger_document_uses_host_and_base_path(db):

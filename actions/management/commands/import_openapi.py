@@ -109,9 +109,11 @@ def render_report(report: ImportReport) -> str:
     head = f"{report.source_name} -> connector {report.connector}"
     if report.connector_created:
         head += " (created)"
+    reads = sum(1 for p in report.proposed if p.kind == "read")
     head += (
-        f": {len(report.proposed)} actions proposed, {len(report.refused)} operations refused, "
-        f"{len(report.reads)} read operations"
+        f": {len(report.proposed)} actions proposed ({reads} reads), "
+        f"{len(report.refused)} operations refused, {len(report.reads)} read operations "
+        "not proposed"
     )
     lines = [head + (" [dry run: nothing stored]" if report.dry_run else "")]
     width = max([len(p.name) for p in report.proposed] + [4])
@@ -124,8 +126,14 @@ def render_report(report: ImportReport) -> str:
             f"  {p.name:<{width}}  {p.kind:<7}  {p.consequence_class:<12}  {review}  "
             f"{p.operation}{state}"
         )
+        if p.result_fields:
+            lines.append(f"      returns: {', '.join(p.result_fields)}")
+        if p.check_with:
+            lines.append(f"      checked with: {p.check_with}")
         if p.status_operation:
             lines.append(f"      status operation: {p.status_operation}")
+        if p.status_follow:
+            lines.append(f"      status followed at: {p.status_follow}")
         for warning in p.warnings:
             lines.append(f"      ! {warning['pointer']}: {warning['message']}")
     if report.refused:
@@ -135,11 +143,8 @@ def render_report(report: ImportReport) -> str:
             for reason in r.reasons:
                 lines.append(f"      x {reason['pointer']}: {reason['message']}")
     if report.reads:
-        lines.append(
-            "read operations (observation; not stored: usable as the read or status request "
-            "of an action):"
-        )
-        lines += [f"  {read}" for read in report.reads]
+        lines.append("read operations not proposed (lists, searches, no JSON answer):")
+        lines += [f"  {read.operation}: {read.reason}" for read in report.reads]
     for warning in report.warnings:
         lines.append(f"! {warning['pointer']}: {warning['message']}")
     if stored:
