@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -54,6 +55,12 @@ class LoadReport:
 
 def catalog_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
+
+
+@functools.cache
+def _catalog_validator() -> Draft202012Validator:
+    """Built once a process: the schema file ships with the code."""
+    return Draft202012Validator(catalog_schema())
 
 
 # libyaml's safe loader when PyYAML was built with it: the same documents, ~10x faster.
@@ -178,7 +185,7 @@ def validate_catalog(
     ``follow_up_targets`` are definitions about to be stored beside this document (an
     import's proposed reads): a ``check_with`` may name one of them."""
     problems: list[CatalogProblem] = []
-    validator = Draft202012Validator(catalog_schema())
+    validator = _catalog_validator()
     for error in sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path)):
         error = _closest(error)
         problems.append(CatalogProblem(_pointer(error.absolute_path), error.message))
