@@ -82,9 +82,11 @@ def in_process_threads(transactional_db):
 
 
 def tool_input(tool) -> dict:
-    """A tool's input schema without the reason Countersign adds to every action."""
+    """A tool's input schema without the reason and the idempotency key Countersign adds
+    to every action."""
     schema = dict(tool.input_schema)
-    schema["properties"] = {k: v for k, v in schema["properties"].items() if k != "reason"}
+    added = ("reason", "idempotency_key")
+    schema["properties"] = {k: v for k, v in schema["properties"].items() if k not in added}
     return schema
 
 
