@@ -15,7 +15,7 @@ Two ways to ask, by protocol era:
   is sealed by the SDK's :class:`~mcp.server.request_state.RequestStateBoundary`
   (AES-256-GCM, expiry, bound to the tool call and the token) under keys derived from the
   product's ``SECRET_KEY`` (and its fallbacks), so any web process verifies what another
-  sealed; each state is single use, enforced in the shared cache (Redis in production).
+  sealed; each state is single use, enforced in Redis (``SET NX``, shared by every process).
 * **The initialize handshake** with a back channel (stdio): an ``elicitation/create``
   request during the call, then ``notifications/elicitation/complete`` once decided.
   Stateless HTTP in that era has no back channel, so the plan comes back at once.
@@ -23,14 +23,18 @@ Two ways to ask, by protocol era:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import mcp.types as types
+import redis
 from django.conf import settings
 from django.core.cache import cache
 from mcp.server.context import ServerRequestContext
@@ -39,6 +43,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..models import Plan
+
+log = logging.getLogger(__name__)
 
 # The key of the one input request: the user's answer to "open the review page".
 REVIEW = "review"
@@ -127,14 +133,29 @@ async def state_spend(plaintext: str) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError, AttributeError):
         raise StateRefused() from None
     try:
-        first = await cache.aadd(
-            f"countersign:mcp:state:{state['nonce']}", 1, timeout=STATE_TTL_SECONDS + 60
-        )
-    except Exception:  # noqa: BLE001 - no shared cache: refuse rather than allow a replay
+        first = await anyio.to_thread.run_sync(_spend_once, state["nonce"])
+    except Exception:  # noqa: BLE001 - Redis unreachable: refuse rather than allow a replay
+        log.warning("could not record a spent requestState; refusing it")
         raise StateRefused() from None
     if not first:
         raise StateRefused()
     return state
+
+
+def _spend_once(nonce: str) -> bool:
+    """Record the nonce as spent; False if it already was. In Redis (SET NX), shared by
+    every process; without Redis (embedded mode: one web process) in the process's
+    cache."""
+    key = f"countersign:mcp:state:{nonce}"
+    ttl = STATE_TTL_SECONDS + 60
+    if settings.REDIS_URL:
+        return bool(_redis(settings.REDIS_URL).set(key, b"1", nx=True, ex=ttl))
+    return cache.add(key, 1, timeout=ttl)
+
+
+@functools.lru_cache(maxsize=4)
+def _redis(url: str):
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
 def answer(params: types.CallToolRequestParams) -> str | None:
