@@ -409,15 +409,16 @@ def _awaiting_repeat(*, agent: Agent, fingerprint: str, now) -> Plan | None:
         f"SELECT id FROM {table} WHERE agent_id = %s AND fingerprint = %s "
         "AND status = 'awaiting_approval' LIMIT 1"
     )
+    agent_id = Plan._meta.get_field("agent").target_field.get_db_prep_value(agent.pk, connection)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"SELECT pg_advisory_xact_lock(%s, %s); {lookup} FOR UPDATE",
-                [_REPEAT_LOCK_CLASS, int(fingerprint[:7], 16), agent.pk, fingerprint],
+                [_REPEAT_LOCK_CLASS, int(fingerprint[:7], 16), agent_id, fingerprint],
             )
             cursor.nextset()
         else:
-            cursor.execute(lookup, [agent.pk, fingerprint])
+            cursor.execute(lookup, [agent_id, fingerprint])
         row = cursor.fetchone()
     if row is None:
         return None
