@@ -33,7 +33,7 @@ from .models import Attempt, Plan, PlanStatus
 from .ratelimit import RateLimited, rate_limit_check
 from .schemas import ActionOut, PlanCreate, PlanOut, Problem
 from .selectors import actions_for_agent, plan_for_agent
-from .services import plan_cancel, plan_submit
+from .services import Replay, plan_cancel, plan_submit
 from .wakeups import wait_for_change
 
 log = logging.getLogger(__name__)
@@ -232,6 +232,26 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 # --- actions ------------------------------------------------------------------------
 
 
+def action_hints(action: Action) -> dict[str, bool]:
+    """The MCP tool hints for an action, by what the call eventually does once approved
+    (the MCP tools carry exactly these).
+
+    A read changes nothing. A delete, an external commitment (a message sent, an
+    invoice issued) and an irreversible change are destructive: clients that shield
+    destructive tools ask their user first, a barrier in front of the reviewer's. No
+    proposal is idempotent: a repeat returns the same plan only while it awaits a
+    decision, and after that it adds a plan (services.plan_submit).
+    """
+    kind, klass = action.kind, action.consequence_class
+    read = kind == "read"
+    return {
+        "readOnlyHint": read,
+        "destructiveHint": not read and (kind == "delete" or klass in ("external", "irreversible")),
+        "idempotentHint": False,
+        "openWorldHint": klass in ("external", "irreversible"),
+    }
+
+
 def action_out(action: Action) -> dict[str, Any]:
     spec = action.spec
     kind = action.kind
@@ -251,14 +271,7 @@ def action_out(action: Action) -> dict[str, Any]:
             # A reviewer's session grant may approve this action's plans (approvals.grants).
             "session_grant_eligible": spec.approval.session_grant and spec.approval.approvers == 1,
         },
-        # Hints describe the upstream effect once a person approves.
-        "annotations": {
-            "readOnlyHint": kind == "read",
-            "destructiveHint": kind in ("delete", "replace")
-            or action.consequence_class == "irreversible",
-            "idempotentHint": kind in ("update", "replace", "delete", "create"),
-            "openWorldHint": action.consequence_class in ("external", "irreversible"),
-        },
+        "annotations": action_hints(action),
         "result": [{"name": f.name, "type": f.type} for f in spec.result],
         "sensitive": spec.sensitive,
         "verify": spec.verify,
@@ -370,6 +383,14 @@ def plan_out(plan: Plan) -> dict[str, Any]:
     }
 
 
+def idempotency_key_valid(key: str) -> bool:
+    """An Idempotency-Key (the header, or the MCP tools' argument): 1 to 255 printable
+    characters."""
+    return 1 <= len(key) <= MAX_IDEMPOTENCY_KEY and key.isprintable()
+
+
+MAX_IDEMPOTENCY_KEY = 255
+
 _PLAN_ERRORS = {
     400: Problem,
     401: Problem,
@@ -386,7 +407,7 @@ _PLAN_ERRORS = {
 
 @api.post(
     "/plans",
-    response={201: PlanOut, **_PLAN_ERRORS},
+    response={201: PlanOut, 200: PlanOut, **_PLAN_ERRORS},
     tags=["plans"],
     summary="Propose a plan (read-only preview; nothing is written)",
     openapi_extra={
@@ -396,7 +417,11 @@ _PLAN_ERRORS = {
                 "in": "header",
                 "required": False,
                 "schema": {"type": "string", "maxLength": 255},
-                "description": "Resubmitting with the same key returns the same plan (kept 24 h).",
+                "description": (
+                    "Resubmitting with the same key returns the same plan (kept 24 h). "
+                    "Without a key, proposing the same plan again while it awaits a "
+                    "decision also returns it (200, header Countersign-Repeat: true)."
+                ),
             }
         ]
     },
@@ -405,7 +430,7 @@ def create_plan(request: HttpRequest, response: HttpResponse, payload: PlanCreat
     agent: Agent = request.auth
     rate_limit_check(scope="plans", subject=str(agent.pk))
     key = request.headers.get("Idempotency-Key")
-    if key is not None and not (1 <= len(key) <= 255 and key.isprintable()):
+    if key is not None and not idempotency_key_valid(key):
         return problem(
             status=422,
             type="invalid-request",
@@ -422,8 +447,12 @@ def create_plan(request: HttpRequest, response: HttpResponse, payload: PlanCreat
     )
     # Rendered by ninja like GET /plans/{id}, so both endpoints show a plan identically.
     response["Location"] = f"/api/v1/plans/{plan.id}"
-    if replayed:
+    if replayed == Replay.IDEMPOTENCY_KEY:
         response["Idempotent-Replayed"] = "true"
+    elif replayed == Replay.REPEAT:
+        # Nothing was created: the same plan still awaits a decision.
+        response["Countersign-Repeat"] = "true"
+        return Status(200, plan_out(plan))
     return Status(201, plan_out(plan))
 
 

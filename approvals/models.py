@@ -199,6 +199,13 @@ class Plan(models.Model):
                 condition=Q(status__in=["pending", "unknown"], next_check_at__isnull=False),
             ),
             models.Index(fields=["agent", "-created_at"], name="plan_agent_created"),
+            # A repeated proposal: the agent's awaiting plan with the same fingerprint
+            # (services.plan_submit gives it back instead of storing a second one).
+            models.Index(
+                fields=["agent", "fingerprint"],
+                name="plan_awaiting_fingerprint",
+                condition=Q(status="awaiting_approval"),
+            ),
             # History, newest first, whatever the status ("all" in the queue), and the
             # dashboard's time window: a range scan instead of reading every plan.
             models.Index(fields=["-created_at", "-id"], name="plan_created"),

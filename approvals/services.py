@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -12,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from jsonschema.exceptions import ValidationError as SchemaValidationError
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 # An Idempotency-Key reservation with no plan after this long belongs to a request
 # that died mid-preview; a retry may take it over.
 IDEMPOTENCY_RESERVATION_SECONDS = 60
+# The advisory lock class (any constant) under which identical proposals take turns.
+_REPEAT_LOCK_CLASS = 0x72657074
 MAX_REASON_CHARS = 2000
 
 
@@ -244,8 +247,15 @@ def plan_submit(
     reason: str = "",
     idempotency_key: str | None = None,
     use_grants: bool = True,
-) -> tuple[Plan, bool]:
-    """Validate, preview (read-only) and store a plan. Returns (plan, replayed).
+) -> tuple[Plan, Replay | None]:
+    """Validate, preview (read-only) and store a plan. Returns (plan, replayed): how an
+    earlier plan was given back instead of a new one, or None for a new plan.
+
+    An earlier plan comes back for the agent's Idempotency-Key (``Replay.IDEMPOTENCY_KEY``)
+    or, with or without a key, when the same agent proposes the same fingerprint while an
+    earlier plan with it still awaits a decision (``Replay.REPEAT``, audited as
+    ``plan.repeated``): the JSON API and the MCP tools share the rule. Once that plan is
+    decided, expired or withdrawn, the same proposal makes a new plan.
 
     Nothing reviewable is stored unless the preview succeeded. If an active session
     grant covers the plan (approvals.grants), the fingerprinted policy names the grant
@@ -268,7 +278,7 @@ def plan_submit(
         request_hash = digest({"action": action_name, "input": values, "reason": reason})
         reserved = _reserve_idempotency_key(agent, idempotency_key, request_hash)
         if isinstance(reserved, Plan):
-            return reserved, True
+            return reserved, Replay.IDEMPOTENCY_KEY
         reservation = reserved
     try:
         spec = action.spec
@@ -321,6 +331,12 @@ def plan_submit(
                 raise PreviewError(
                     f"the upstream's representation cannot be fingerprinted: {exc.message}"
                 ) from None
+            # The same agent proposing the same plan while an earlier one with its
+            # fingerprint still awaits a decision (a client retrying a call) gets that
+            # plan back: a person is never asked twice about one plan.
+            repeated = _awaiting_repeat(agent=agent, fingerprint=hexdigest, now=now)
+            if repeated is not None:
+                return _repeat(repeated, agent=agent, reservation=reservation), Replay.REPEAT
             plan = Plan.objects.create(
                 action=action,
                 action_version=action.version,
@@ -368,7 +384,69 @@ def plan_submit(
             # Nothing was stored: free the key so the agent can retry with it.
             IdempotencyRecord.objects.filter(pk=reservation.pk, plan__isnull=True).delete()
         raise
-    return plan, False
+    return plan, None
+
+
+class Replay(StrEnum):
+    """Why plan_submit gave an earlier plan back."""
+
+    IDEMPOTENCY_KEY = "idempotency_key"
+    REPEAT = "repeat"
+
+
+def _awaiting_repeat(*, agent: Agent, fingerprint: str, now) -> Plan | None:
+    """The agent's plan with this fingerprint that still awaits a decision, locked; one
+    past its expiry is expired here (the sweeper would soon) and does not count.
+
+    One round trip on the hot path (no such plan): on PostgreSQL the advisory lock under
+    which two identical proposals racing (a client retrying while its first call still
+    reads the upstream) take turns until commit, so the second finds the first, and the
+    look-up itself (index plan_awaiting_fingerprint). SQLite starts every write
+    transaction IMMEDIATE: one at a time already.
+    """
+    table = connection.ops.quote_name(Plan._meta.db_table)
+    lookup = (
+        f"SELECT id FROM {table} WHERE agent_id = %s AND fingerprint = %s "
+        "AND status = 'awaiting_approval' LIMIT 1"
+    )
+    agent_id = Plan._meta.get_field("agent").target_field.get_db_prep_value(agent.pk, connection)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"SELECT pg_advisory_xact_lock(%s, %s); {lookup} FOR UPDATE",
+                [_REPEAT_LOCK_CLASS, int(fingerprint[:7], 16), agent_id, fingerprint],
+            )
+            cursor.nextset()
+        else:
+            cursor.execute(lookup, [agent_id, fingerprint])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    plan = Plan.objects.select_related("action").get(pk=row[0])
+    if plan.expires_at <= now:
+        plan_transition(
+            plan,
+            to=PlanStatus.EXPIRED,
+            actor=SYSTEM,
+            event="plan.expired",
+            finished_at=now,
+            outcome_detail="no decision before the plan expired",
+        )
+        return None
+    return plan
+
+
+def _repeat(plan: Plan, *, agent: Agent, reservation: IdempotencyRecord | None) -> Plan:
+    audit_record(
+        kind="plan.repeated",
+        actor=agent_actor(agent),
+        plan=plan,
+        data={"idempotency_key": reservation is not None},
+    )
+    if reservation is not None:
+        # The key now names the plan it was given back, like any other replay.
+        IdempotencyRecord.objects.filter(pk=reservation.pk).update(plan=plan)
+    return plan
 
 
 def _cancel(plan: Plan, *, actor: str, event: str, who: str) -> Plan:
@@ -707,7 +785,7 @@ def _plan_revise(*, original: Plan, reviewer, input: dict[str, Any], why: str) -
     allow-lists, scope rules, a fresh read-only preview and its own fingerprint). The
     preview reads the upstream, so no lock is held while it runs.
     """
-    plan, _ = plan_submit(
+    plan, replayed = plan_submit(
         agent=original.agent,
         action_name=original.action.name,
         input=input,
@@ -715,6 +793,10 @@ def _plan_revise(*, original: Plan, reviewer, input: dict[str, Any], why: str) -
         # A reviewer is looking at this plan: it goes to a person, not to a grant.
         use_grants=False,
     )
+    if replayed is not None:
+        # The agent already proposed exactly this and it awaits a decision: that plan is
+        # in the queue, and it is not this plan's revision.
+        raise InvalidTransition(f"the same plan already awaits a decision: {plan.id}")
     with transaction.atomic():
         Plan.objects.filter(id=plan.id).update(revision_of=original)
         plan.revision_of = original

@@ -1,5 +1,5 @@
 """ASGI entry point: one server carries the pages, the agent API and its long-polls, and
-the MCP server at /mcp."""
+the MCP server at /mcp (with its RFC 9728 metadata)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ django_application = ASGIStaticFilesHandler(get_asgi_application())
 
 from approvals import wakeups  # noqa: E402  (needs the apps loaded above)
 from approvals.longpoll import LongPollGate  # noqa: E402
-from approvals.mcp.protocol import McpHttpApp  # noqa: E402
-
-MCP_PATH = "/mcp"
+from approvals.mcp.http import MCP_PATH, METADATA_PATHS, McpHttpApp  # noqa: E402
 
 
 class Router:
-    """``/mcp`` to the MCP server, everything else to Django.
+    """``/mcp`` and its protected resource metadata to the MCP server, everything else
+    to Django.
 
     Lifespan events (which Django does not speak) are answered here: startup needs
     nothing, since the MCP app starts its session manager on first use; shutdown stops
@@ -41,7 +40,9 @@ class Router:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-        elif scope["type"] == "http" and scope["path"].rstrip("/") == MCP_PATH:
+        elif scope["type"] == "http" and (
+            scope["path"].rstrip("/") == MCP_PATH or scope["path"].rstrip("/") in METADATA_PATHS
+        ):
             await self.mcp_app(scope, receive, send)
         else:
             await self.django_app(scope, receive, send)

@@ -110,8 +110,16 @@ SECRET_KEY = _required_or_generated(
 DEBUG = env_bool("COUNTERSIGN_DEBUG", default=False)
 ALLOWED_HOSTS = env_list("COUNTERSIGN_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("COUNTERSIGN_CSRF_TRUSTED_ORIGINS")
-# The absolute address reviewers use; plans carry review URLs built on it.
-PUBLIC_URL = env_str("COUNTERSIGN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# The absolute address reviewers use; plans carry review URLs built on it. In embedded
+# mode `make run` records the address it serves in var/public_url, so a process it did
+# not start (the stdio MCP server a desktop client launches) links to the same place.
+_RECORDED_URL = VAR_DIR / "public_url"
+PUBLIC_URL = env_str(
+    "COUNTERSIGN_PUBLIC_URL",
+    _RECORDED_URL.read_text().strip()
+    if COUNTERSIGN_ENV == "embedded" and _RECORDED_URL.is_file()
+    else "http://127.0.0.1:8000",
+).rstrip("/")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1,6 +1,8 @@
 """The MCP protocol: the tools (one per action the agent may propose, plus get_plan and
-cancel_plan), the card resources, and the server over streamable HTTP (``/mcp``, see
-config/asgi.py) and stdio (``manage.py mcp``). What the results look like is in
+cancel_plan), the resources (action cards, and the agent's plans with subscriptions, in
+approvals/mcp/resources.py), consent in the client (approvals/mcp/consent.py), the tasks
+extension (approvals/mcp/tasks.py), and the server over stdio (``manage.py mcp``); over
+streamable HTTP it is served by approvals/mcp/http.py. What results look like is in
 approvals/mcp/rendering.py.
 
 Every tool calls the services the JSON API calls (``plan_submit``, ``plan_cancel``, the
@@ -9,29 +11,27 @@ same way: a refusal is the API's RFC 9457 problem document, with its pointers ai
 the ``tools/call`` parameters (``/arguments/email`` where the API says ``/input/email``).
 
 The tools that propose only *propose*: nothing is written upstream until a person
-approves the exact plan. Their annotations describe what calling the tool does (it
-stores a plan in Countersign), not what the approved action will later do upstream;
-that is in the description and the card.
+approves the exact plan. Their annotations describe what the call eventually does once
+approved (``api.action_hints``: a delete, an external commitment or an irreversible change
+is destructive, so clients that shield destructive tools ask their user first — a
+barrier in front of the reviewer's, not instead of it), and the description says that
+the call proposes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import json
 import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import mcp.types as types
-from django.conf import settings
-from django.http.request import split_domain_port, validate_host
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, NoBackChannelError
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
@@ -42,19 +42,27 @@ from actions.lib.problems import problem_body, problem_body_from, problem_line
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
-from ..api import Unauthenticated, action_out, validation_message
+from ..api import (
+    MAX_IDEMPOTENCY_KEY,
+    Unauthenticated,
+    action_hints,
+    action_out,
+    idempotency_key_valid,
+    validation_message,
+)
 from ..models import Plan, PlanStatus
 from ..ratelimit import rate_limit_check
 from ..schemas import PlanCreate, PlanOut
 from ..selectors import actions_for_agent, plan_for_agent
 from ..services import plan_cancel, plan_submit
 from ..wakeups import db_call, wait_for_change
+from . import consent, resources, tasks
 from .rendering import (
     CARD_URI,
     CLASS_MEANING,
     card_markdown,
     error_result,
-    people,
+    people_approve,
     plan_result,
 )
 
@@ -74,9 +82,11 @@ INVALID_PARAMS = types.INVALID_PARAMS
 INSTRUCTIONS = (
     "Countersign stands between you and the systems you change. Each action tool only "
     "proposes: Countersign previews the change read-only and a person approves that exact "
-    "plan before a worker applies it once. Say why in `reason`; follow the plan with "
-    "get_plan (it can wait up to 30 s for a change) and withdraw it with cancel_plan. "
-    "Each action's card is a resource."
+    "plan before a worker applies it once. Say why in `reason`; when you retry a call, "
+    "send the same `idempotency_key` (the same proposal while it awaits a decision gives "
+    "the same plan back anyway). Follow a plan with get_plan (it can wait up to 30 s for a "
+    "change), or subscribe to its resource countersign://plans/{id}; withdraw it with "
+    "cancel_plan. Each action's card is a resource."
 )
 
 
@@ -141,10 +151,18 @@ def _invalid_request(error: PydanticValidationError, *, at: dict[str, str]) -> I
 # --- tools ----------------------------------------------------------------------------
 
 
-def _reason_field(input_schema: dict[str, Any]) -> str:
-    """``reason``, unless the action's own input already has a field of that name."""
+def _own_field(input_schema: dict[str, Any], name: str) -> str:
+    """``name``, unless the action's own input already has a field of that name."""
     properties = input_schema.get("properties") or {}
-    return "reason" if "reason" not in properties else "countersign_reason"
+    return name if name not in properties else f"countersign_{name}"
+
+
+def _reason_field(input_schema: dict[str, Any]) -> str:
+    return _own_field(input_schema, "reason")
+
+
+def _key_field(input_schema: dict[str, Any]) -> str:
+    return _own_field(input_schema, "idempotency_key")
 
 
 def _plan_output_schema() -> dict[str, Any]:
@@ -164,9 +182,20 @@ def action_tool(action: Action) -> types.Tool:
             "it never changes what is done."
         ),
     }
+    schema["properties"][_key_field(out["input_schema"])] = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_IDEMPOTENCY_KEY,
+        "description": (
+            "Optional. A key of your choosing (printable characters): a retry of this "
+            "call with the same key and the same arguments returns the same plan, like "
+            "the JSON API's Idempotency-Key. Scoped to you; kept at least 24 hours."
+        ),
+    }
     card = out["card"]
     approvals = out["approval"]["approvers_required"]
     klass = out["consequence_class"]
+    hints = action_hints(action)
     description = "\n\n".join(
         part
         for part in (
@@ -186,14 +215,12 @@ def action_tool(action: Action) -> types.Tool:
         output_schema=_plan_output_schema(),
         annotations=types.ToolAnnotations(
             title=out["title"],
-            # Calling the tool stores a plan in Countersign (so it is not read-only),
-            # adds a record and changes none (not destructive), adds another plan each
-            # time (not idempotent) and reaches only the configured connector, read-only
-            # (a closed world). What the approved action does upstream is in the card.
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
+            # By what the call eventually does once approved (api.action_hints), the
+            # hints GET /api/v1/actions gives: the call itself only stores a plan.
+            read_only_hint=hints["readOnlyHint"],
+            destructive_hint=hints["destructiveHint"],
+            idempotent_hint=hints["idempotentHint"],
+            open_world_hint=hints["openWorldHint"],
         ),
         meta={
             "countersign/action": {
@@ -201,8 +228,6 @@ def action_tool(action: Action) -> types.Tool:
                 "kind": out["kind"],
                 "approvals_required": approvals,
                 "card": CARD_URI.format(name=action.name),
-                # The hints for the upstream effect once approved, as GET /actions gives them.
-                "approved_effect": out["annotations"],
             }
         },
     )
@@ -235,7 +260,7 @@ def _write_sentence(out: dict[str, Any], approvals: int) -> str:
     return (
         "This call only PROPOSES the change. Countersign reads the target without "
         "changing it and returns a preview, a plan id, a short code and a review URL. "
-        f"Nothing is written upstream until {people(approvals)} approve this exact "
+        f"Nothing is written upstream until {people_approve(approvals)} this exact "
         "plan"
         + (
             ", or a session grant a reviewer made for you covers it"
@@ -326,14 +351,17 @@ def list_tools_for(token: str | None, how: str) -> list[types.Tool]:
 
 def propose(
     token: str | None, how: str, name: str, arguments: dict[str, Any]
-) -> types.CallToolResult:
-    """Call the JSON API's ``plan_submit`` with the tool arguments split into input and
-    reason; refusals come back as the API's problem documents."""
+) -> tuple[types.CallToolResult, Plan | None]:
+    """Call the JSON API's ``plan_submit`` with the tool arguments split into input,
+    reason and idempotency key; refusals come back as the API's problem documents.
+    Returns the result and the plan it shows (None for a refusal)."""
     agent = _authenticate(token, how=how)
     action = Action.objects.filter(name=name, enabled=True).first()
-    reason_field = _reason_field(action.spec.input_schema) if action is not None else "reason"
-    values = {k: v for k, v in arguments.items() if k != reason_field}
+    schema = action.spec.input_schema if action is not None else {}
+    reason_field, key_field = _reason_field(schema), _key_field(schema)
+    values = {k: v for k, v in arguments.items() if k not in (reason_field, key_field)}
     reason = arguments.get(reason_field)
+    key = arguments.get(key_field)
     nothing = "No plan was created."
     try:
         # The same per-agent budget as POST /plans: MCP is no way around it.
@@ -349,13 +377,25 @@ def propose(
                     "reason": f"/arguments/{reason_field}",
                 },
             ) from None
-        plan, _ = plan_submit(agent=agent, action_name=name, input=values, reason=reason or "")
+        if key is not None and not (isinstance(key, str) and idempotency_key_valid(key)):
+            raise InvalidRequest(
+                "see errors",
+                errors=[
+                    {
+                        "pointer": f"/arguments/{escape_pointer_token(key_field)}",
+                        "message": f"1 to {MAX_IDEMPOTENCY_KEY} printable characters",
+                    }
+                ],
+            )
+        plan, _ = plan_submit(
+            agent=agent, action_name=name, input=values, reason=reason or "", idempotency_key=key
+        )
     except CountersignError as exc:
         if exc.type in ("unknown-action", "not-allowed"):
             # The agent has no such tool: an MCP error, as for any unknown tool.
             raise _protocol_error(_for_call(exc, reason_field), code=INVALID_PARAMS) from None
-        return error_result(_for_call(exc, reason_field), consequence=nothing)
-    return plan_result(plan, proposed=True)
+        return error_result(_for_call(exc, reason_field), consequence=nothing), None
+    return plan_result(plan, proposed=True), plan
 
 
 def _plan_args(model: type[PlanArgs], arguments: dict[str, Any]) -> PlanArgs:
@@ -384,9 +424,9 @@ def cancel(token: str | None, how: str, arguments: dict[str, Any]) -> types.Call
 # --- resources -----------------------------------------------------------------------
 
 
-def list_cards(token: str | None, how: str) -> list[types.Resource]:
+def list_resources(token: str | None, how: str) -> list[types.Resource]:
     agent = _authenticate(token, how=how)
-    return [
+    cards = [
         types.Resource(
             uri=CARD_URI.format(name=a.name),
             name=f"{a.name} card",
@@ -396,10 +436,22 @@ def list_cards(token: str | None, how: str) -> list[types.Resource]:
         )
         for a in _offered(agent)
     ]
+    return cards + resources.plan_resources(agent)
 
 
-def read_card(token: str | None, how: str, uri: str) -> types.ReadResourceResult:
+def _not_found(detail: str) -> MCPError:
+    problem = problem_body(status=404, type="not-found", title="Not found", detail=detail)
+    return MCPError(code=INVALID_PARAMS, message=problem_line(problem), data=problem)
+
+
+def read_resource(token: str | None, how: str, uri: str) -> types.ReadResourceResult:
     agent = _authenticate(token, how=how)
+    plan_id = resources.plan_id_from_uri(uri)
+    if plan_id is not None:
+        try:
+            return resources.plan_contents(plan_for_agent(agent, plan_id))
+        except CountersignError:
+            raise _not_found("no such plan for this agent") from None
     for action in _offered(agent):
         if CARD_URI.format(name=action.name) == uri:
             return types.ReadResourceResult(
@@ -409,10 +461,15 @@ def read_card(token: str | None, how: str, uri: str) -> types.ReadResourceResult
                     )
                 ]
             )
-    problem = problem_body(
-        status=404, type="not-found", title="Not found", detail="no such card for this agent"
-    )
-    raise MCPError(code=INVALID_PARAMS, message=problem_line(problem), data=problem)
+    raise _not_found("no such card for this agent")
+
+
+def subscribable_plan(token: str | None, how: str, uri: str) -> uuid.UUID:
+    agent = _authenticate(token, how=how)
+    plan_id = resources.plan_id_from_uri(uri)
+    if plan_id is None or not resources.owned_plan_ids(agent, [uri]):
+        raise _not_found("only your own plans (countersign://plans/{id}) can be subscribed to")
+    return plan_id
 
 
 # --- the server -----------------------------------------------------------------------
@@ -426,14 +483,34 @@ def _token_from_request(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return bearer_token(request.headers.get("authorization")) if request is not None else None
 
 
+def _plan_status(plan_id: uuid.UUID) -> str | None:
+    return Plan.objects.filter(id=plan_id).values_list("status", flat=True).first()
+
+
+async def _wait_for_decision(plan_id: uuid.UUID, seconds: float) -> None:
+    """Until the plan leaves awaiting_approval, or ``seconds`` pass."""
+    status = _db(_plan_status)
+    loop_deadline = anyio.current_time() + seconds
+    while (left := loop_deadline - anyio.current_time()) > 0:
+        seen = await wait_for_change(plan_id, read=lambda: status(plan_id), timeout=left)
+        if seen != PlanStatus.AWAITING_APPROVAL:
+            return
+        if await status(plan_id) != PlanStatus.AWAITING_APPROVAL:
+            return
+
+
 def build_server(
     token_source: TokenSource = _token_from_request,
     *,
     how: str = "send Authorization: Bearer <agent token>",
+    connection_subscriptions: resources.ConnectionSubscriptions | None = None,
 ) -> Server[Any]:
     """An MCP server whose every request is answered for the agent holding the token.
 
     The token is checked on every request, so a deactivated agent is refused at once.
+    ``connection_subscriptions`` serves ``resources/subscribe`` in the handshake era, on
+    a connection that lasts (stdio); without it (stateless HTTP) that era has none, and
+    ``subscriptions/listen`` (2026-07-28) is the way to follow a plan.
     """
 
     async def call(fn: Callable[..., Any], ctx: ServerRequestContext[Any, Any], *args: Any) -> Any:
@@ -442,17 +519,31 @@ def build_server(
         except Unauthenticated as exc:
             raise _protocol_error(exc, code=UNAUTHENTICATED) from None
 
+    async def agent_of(ctx: ServerRequestContext[Any, Any]) -> Agent:
+        return await call(lambda token, how: _authenticate(token, how=how), ctx)
+
+    async def rendered(plan: Plan, *, proposed: bool, note: str | None = None):
+        return await _db(plan_result)(plan, proposed=proposed, note=note)
+
+    async def fresh(agent: Agent, plan_id: Any) -> Plan:
+        return await _db(plan_for_agent)(agent, plan_id)
+
     async def on_list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=await call(list_tools_for, ctx))
 
-    async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def on_call_tool(ctx, params: types.CallToolRequestParams):
         arguments = dict(params.arguments or {})
         try:
             if params.name == GET_PLAN:
                 return await _get_plan(ctx, arguments)
             if params.name == CANCEL_PLAN:
                 return await call(cancel, ctx, arguments)
-            return await call(propose, ctx, params.name, arguments)
+            if params.request_state is not None:
+                return await _resume(ctx, params)
+            result, plan = await call(propose, ctx, params.name, arguments)
+            if plan is None:
+                return result
+            return await _after_proposal(ctx, plan, result)
         except MCPError:
             raise
         except Exception:
@@ -464,6 +555,70 @@ def build_server(
                 correlation_id=correlation_id,
             )
 
+    async def _after_proposal(ctx, plan: Plan, result: types.CallToolResult):
+        """A stored plan: ask the user to open its review page where the client can show
+        a URL; else a task where the client takes one; else the plan, at once."""
+        if plan.status == PlanStatus.AWAITING_APPROVAL and consent.can_elicit(ctx):
+            if consent.is_modern(ctx):
+                return consent.ask(plan)
+            return await _elicit_over_back_channel(ctx, plan, result)
+        return _task_or(ctx, plan, result)
+
+    def _task_or(ctx, plan: Plan, result: types.CallToolResult):
+        if tasks.declared(ctx) and plan.status not in PlanStatus.settled():
+            return tasks.created(plan)
+        return result
+
+    async def _elicit_over_back_channel(ctx, plan: Plan, result: types.CallToolResult):
+        """The handshake era with a back channel (stdio): elicitation/create during the call."""
+        try:
+            answer = await ctx.session.elicit_url(
+                message=consent.message(plan),
+                url=plan.review_url,
+                elicitation_id=str(plan.id),
+                related_request_id=ctx.request_id,
+            )
+        except (NoBackChannelError, MCPError):
+            return result
+        if answer.action != "accept":
+            note = consent.DECLINED if answer.action == "decline" else consent.DISMISSED
+            return await rendered(plan, proposed=True, note=note)
+        seconds = consent.ROUND_SECONDS * consent.MAX_ROUNDS
+        await _wait_for_decision(plan.id, seconds)
+        agent = await agent_of(ctx)
+        plan = await fresh(agent, plan.id)
+        if plan.status == PlanStatus.AWAITING_APPROVAL:
+            return await rendered(plan, proposed=True, note=consent.waited(seconds))
+        # The out-of-band part is over: the client may stop showing the request.
+        await ctx.session.send_elicit_complete(str(plan.id), related_request_id=ctx.request_id)
+        return await rendered(plan, proposed=False)
+
+    async def _resume(ctx, params: types.CallToolRequestParams):
+        """A 2026-07-28 call coming back with the user's answer (or to go on waiting):
+        the state names the plan; nothing is proposed again."""
+        state = await consent.state_spend(params.request_state)
+        agent = await agent_of(ctx)
+        try:
+            plan = await fresh(agent, state["plan"])
+        except CountersignError:
+            raise consent.StateRefused() from None
+        round_ = state["round"]
+        answer = consent.answer(params) if round_ == 0 else "accept"
+        if plan.status == PlanStatus.AWAITING_APPROVAL and answer in ("decline", "cancel", None):
+            note = consent.DECLINED if answer == "decline" else consent.DISMISSED
+            if tasks.declared(ctx):
+                return tasks.created(plan)
+            return await rendered(plan, proposed=True, note=note)
+        if plan.status == PlanStatus.AWAITING_APPROVAL:
+            await _wait_for_decision(plan.id, consent.ROUND_SECONDS)
+            plan = await fresh(agent, plan.id)
+        if plan.status == PlanStatus.AWAITING_APPROVAL:
+            if round_ + 1 < consent.MAX_ROUNDS:
+                return consent.keep_waiting(plan, round=round_ + 1)
+            note = consent.waited(consent.ROUND_SECONDS * consent.MAX_ROUNDS)
+            return _task_or(ctx, plan, await rendered(plan, proposed=True, note=note))
+        return _task_or(ctx, plan, await rendered(plan, proposed=False))
+
     async def _get_plan(ctx, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
             agent, plan, wait = await call(read_plan, ctx, arguments)
@@ -473,22 +628,76 @@ def build_server(
             # The same long-poll as GET /plans/{id}?wait=N: woken by approvals.wakeups on
             # the first change, holding no thread or connection meanwhile. The status is
             # read again after registering, so a change since the read above counts.
-            status_of = _db(
-                lambda: Plan.objects.filter(id=plan.id).values_list("status", flat=True).first()
-            )
-            await wait_for_change(plan.id, read=status_of, timeout=wait)
-            plan = await _db(plan_for_agent)(agent, plan.id)
-        return await _db(plan_result)(plan, proposed=False)
+            status_of = _db(_plan_status)
+            await wait_for_change(plan.id, read=lambda: status_of(plan.id), timeout=wait)
+            plan = await fresh(agent, plan.id)
+        return await rendered(plan, proposed=False)
 
     async def on_list_resources(ctx, params) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=await call(list_cards, ctx))
+        return types.ListResourcesResult(resources=await call(list_resources, ctx))
+
+    async def on_list_resource_templates(ctx, params) -> types.ListResourceTemplatesResult:
+        await agent_of(ctx)
+        return types.ListResourceTemplatesResult(resource_templates=[resources.plan_template()])
 
     async def on_read_resource(
         ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        return await call(read_card, ctx, params.uri)
+        return await call(read_resource, ctx, params.uri)
 
-    return Server(
+    async def on_subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        assert connection_subscriptions is not None
+        plan_id = await call(subscribable_plan, ctx, params.uri)
+        try:
+            connection_subscriptions.subscribe(params.uri, plan_id, ctx.session)
+        except ValueError as exc:
+            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+        return types.EmptyResult()
+
+    async def on_unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        assert connection_subscriptions is not None
+        await agent_of(ctx)
+        connection_subscriptions.unsubscribe(params.uri)
+        return types.EmptyResult()
+
+    # --- the tasks extension (2026-07-28) ---
+
+    async def _task_plan(ctx, params: tasks.TaskParams) -> tuple[Agent, Plan]:
+        tasks.require(ctx)
+        agent = await agent_of(ctx)
+        try:
+            return agent, await fresh(agent, uuid.UUID(params.task_id))
+        except (ValueError, CountersignError):
+            raise tasks.not_found() from None
+
+    async def on_task_get(ctx, params: tasks.TaskParams) -> dict[str, Any]:
+        _, plan = await _task_plan(ctx, params)
+        done = tasks.task_status(plan) == "completed"
+        result = await rendered(plan, proposed=False) if done else None
+        return tasks.detailed(plan, result)
+
+    async def on_task_update(ctx, params: tasks.UpdateTaskParams) -> dict[str, Any]:
+        # No task of ours asks for input: whatever responses come are ignored (the
+        # extension's rule for keys that are not outstanding).
+        await _task_plan(ctx, params)
+        return {}
+
+    async def on_task_cancel(ctx, params: tasks.TaskParams) -> dict[str, Any]:
+        agent, plan = await _task_plan(ctx, params)
+        try:
+            await _db(plan_cancel)(agent=agent, plan_id=plan.id)
+        except CountersignError:
+            # Cooperative: acknowledged; the task ends as the plan does (it was already
+            # executing, or settled).
+            pass
+        return {}
+
+    subscribe_handlers = (
+        {"on_subscribe_resource": on_subscribe, "on_unsubscribe_resource": on_unsubscribe}
+        if connection_subscriptions is not None
+        else {}
+    )
+    server = Server(
         "countersign",
         version="1",
         title="Countersign",
@@ -496,8 +705,18 @@ def build_server(
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
         on_list_resources=on_list_resources,
+        on_list_resource_templates=on_list_resource_templates,
         on_read_resource=on_read_resource,
+        on_subscriptions_listen=resources.PlanListen(agent_of),
+        **subscribe_handlers,
     )
+    server.add_request_handler("tasks/get", tasks.TaskParams, on_task_get)
+    server.add_request_handler("tasks/update", tasks.UpdateTaskParams, on_task_update)
+    server.add_request_handler("tasks/cancel", tasks.TaskParams, on_task_cancel)
+    server.extensions[tasks.TASKS] = {}
+    # Seals and verifies requestState (the 2026-07-28 multi-round-trip calls).
+    server.middleware.append(consent.state_boundary(token_source))
+    return server
 
 
 class _Internal(CountersignError):
@@ -508,108 +727,12 @@ class _Internal(CountersignError):
 
 async def serve_stdio(token: str) -> None:
     """Serve one client on standard input and output with the agent ``token``."""
-    server = build_server(lambda ctx: token, how="set the agent token in the server's environment")
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-# --- streamable HTTP ------------------------------------------------------------------
-
-
-class McpHttpApp:
-    """The ASGI app behind ``/mcp``: checks the host and the bearer token, then hands the
-    request to the SDK's session manager.
-
-    Stateless: every POST stands alone (no session kept in this process), so any number
-    of web processes can serve one client and a long ``get_plan`` wait holds nothing but
-    its own request. The session manager needs a running task group; it is started on
-    the first request rather than in a lifespan handler, so the app works whether or not
-    the server sends lifespan events (uvicorn ``--lifespan off``); ``aclose`` stops it.
-    """
-
-    def __init__(self) -> None:
-        self.server = build_server()
-        self._manager: StreamableHTTPSessionManager | None = None
-        self._runner: asyncio.Task[None] | None = None
-        self._stop: asyncio.Event | None = None
-        self._lock: asyncio.Lock | None = None
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if not _host_allowed(headers.get("host", "")):
-            await _send_json(send, 400, _rpc_error(INVALID_PARAMS, "Invalid Host header"))
-            return
-        token = bearer_token(headers.get("authorization"))
-        if token is None or await _db(agent_authenticate)(token) is None:
-            # 401 with the API's problem inside a JSON-RPC error: MCP clients surface it as
-            # the request's error; plain HTTP clients see a normal bearer challenge.
-            problem = problem_body_from(Unauthenticated("send Authorization: Bearer <agent token>"))
-            body = _rpc_error(UNAUTHENTICATED, problem_line(problem), problem)
-            await _send_json(send, 401, body, {"www-authenticate": "Bearer"})
-            return
-        manager = await self._started()
-        await manager.handle_request(scope, receive, send)
-
-    async def _started(self) -> StreamableHTTPSessionManager:
-        if self._manager is not None:
-            return self._manager
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._manager is None:
-                manager = StreamableHTTPSessionManager(
-                    app=self.server,
-                    stateless=True,
-                    json_response=True,
-                    # Tool arguments are small JSON documents, like the API's bodies.
-                    max_request_body_size=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
-                )
-                ready = asyncio.Event()
-                self._stop = asyncio.Event()
-
-                async def run() -> None:
-                    async with manager.run():
-                        ready.set()
-                        await self._stop.wait()
-
-                self._runner = asyncio.create_task(run(), name="countersign-mcp")
-                waiter = asyncio.create_task(ready.wait())
-                await asyncio.wait({self._runner, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                if not ready.is_set():
-                    waiter.cancel()
-                    self._runner.result()  # raises what stopped it
-                self._manager = manager
-        return self._manager
-
-    async def aclose(self) -> None:
-        """Stop the session manager; a later request starts a new one."""
-        runner, stop = self._runner, self._stop
-        self._manager = self._runner = self._stop = None
-        if runner is not None and stop is not None:
-            stop.set()
-            await runner
-
-
-def _host_allowed(host: str) -> bool:
-    domain, _port = split_domain_port(host)
-    allowed = settings.ALLOWED_HOSTS
-    if settings.DEBUG and not allowed:
-        allowed = [".localhost", "127.0.0.1", "[::1]"]
-    return bool(domain) and validate_host(domain, allowed)
-
-
-def _rpc_error(code: int, message: str, data: Any = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return {"jsonrpc": "2.0", "id": None, "error": error}
-
-
-async def _send_json(send, status: int, body: dict[str, Any], headers=None) -> None:
-    payload = json.dumps(body).encode()
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": payload})
+    async with anyio.create_task_group() as tg:
+        server = build_server(
+            lambda ctx: token,
+            how="set the agent token in the server's environment",
+            connection_subscriptions=resources.ConnectionSubscriptions(tg),
+        )
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        tg.cancel_scope.cancel()

@@ -24,6 +24,7 @@ from ..models import Plan, PlanStatus
 from ..schemas import PlanOut
 
 CARD_URI = "countersign://actions/{name}/card"
+PLAN_URI = "countersign://plans/{plan_id}"
 CLASS_MEANING = {
     "observation": "it reads data; nothing changes upstream",
     "reversible": "a change that can be undone",
@@ -116,6 +117,11 @@ def people(count: int) -> str:
     return "a person" if count == 1 else f"{count} different people"
 
 
+def people_approve(count: int) -> str:
+    """Who must approve, with the verb: a person approves, 2 different people approve."""
+    return f"{people(count)} {'approves' if count == 1 else 'approve'}"
+
+
 def _indent(text: str) -> str:
     return "\n".join(f"  {line}" if line else "" for line in text.split("\n"))
 
@@ -202,11 +208,21 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
     return "\n".join(lines)
 
 
-def plan_result(plan: Plan, *, proposed: bool) -> types.CallToolResult:
+def plan_result(plan: Plan, *, proposed: bool, note: str | None = None) -> types.CallToolResult:
+    """The plan as a tool result: markdown (after ``note``, when there is one), links to
+    the plan's resource (subscribe to it to hear of changes) and the action's card, and
+    the plan document as structured content."""
     doc = plan_document(plan)
+    text = plan_markdown(plan, doc, proposed=proposed)
     return types.CallToolResult(
         content=[
-            types.TextContent(text=plan_markdown(plan, doc, proposed=proposed)),
+            types.TextContent(text=f"{note}\n\n{text}" if note else text),
+            types.ResourceLink(
+                uri=PLAN_URI.format(plan_id=plan.id),
+                name=f"plan {plan.short_code}",
+                title=f"Plan {plan.short_code}",
+                mime_type="application/json",
+            ),
             types.ResourceLink(
                 uri=CARD_URI.format(name=plan.action.name),
                 name=f"{plan.action.name} card",

@@ -256,12 +256,18 @@ def test_posts_need_csrf(reviewer, make_plan):
 # --- the queue --------------------------------------------------------------------------
 
 
+def distinct_email(n: int) -> dict:
+    """Input for one more plan: the same proposal again would be a repeat of the first
+    (the same plan while it awaits a decision)."""
+    return {"contact_id": "c-1001", "email": f"ada+{n}@new.example"}
+
+
 def test_queue_lists_awaiting_plans_with_class_agent_target_and_approvals_needed(
     rita, make_plan, catalog
 ):
     plan = make_plan()
     delete = make_plan("delete_contact", {"contact_id": "c-1002"})
-    decided = make_plan()
+    decided = make_plan(input={"contact_id": "c-1001", "email": "ada+2@new.example"})
     Plan.objects.filter(id=decided.id).update(status=PlanStatus.DENIED)
     page = rita.get(reverse("approvals:queue"))
     assert page.status_code == 200
@@ -282,7 +288,7 @@ def test_queue_filters_by_class_agent_action_status_and_search(
     theirs = make_plan(
         "update_invoice_memo", {"invoice_id": "inv-2001", "memo": "x"}, by=other_agent[0]
     )
-    denied = make_plan()
+    denied = make_plan(input={"contact_id": "c-1001", "email": "ada+2@new.example"})
     Plan.objects.filter(id=denied.id).update(status=PlanStatus.DENIED)
     url = reverse("approvals:queue")
 
@@ -300,7 +306,7 @@ def test_queue_filters_by_class_agent_action_status_and_search(
 
 
 def test_queue_keyset_pages_are_stable_when_plans_arrive(rita, make_plan):
-    plans = [make_plan() for _ in range(5)]
+    plans = [make_plan(input=distinct_email(i)) for i in range(5)]
     newest_first = [str(p.id) for p in reversed(plans)]
     url = reverse("approvals:queue")
     first = rita.get(url, {"per_page": 2})
@@ -308,7 +314,7 @@ def test_queue_keyset_pages_are_stable_when_plans_arrive(rita, make_plan):
     next_url = re.search(r'href="([^"]+)" rel="next"', first.content.decode()).group(1)
     next_url = next_url.replace("&amp;", "&")
     assert "after=" in next_url and "per_page=2" in next_url
-    make_plan()  # a new plan arrives: with OFFSET the second page would shift by one
+    make_plan(input=distinct_email(5))  # with OFFSET the second page would shift by one
     second = rita.get(url + next_url)
     assert codes(second) == newest_first[2:4]
     third_url = re.search(r'href="([^"]+)" rel="next"', second.content.decode()).group(1)
@@ -319,7 +325,7 @@ def test_queue_keyset_pages_are_stable_when_plans_arrive(rita, make_plan):
 
 
 def test_queue_sorts_most_urgent_first(rita, make_plan):
-    a, b, c = make_plan(), make_plan(), make_plan()
+    a, b, c = (make_plan(input=distinct_email(i)) for i in range(3))
     now = timezone.now()
     Plan.objects.filter(id=a.id).update(expires_at=now + timedelta(minutes=30))
     Plan.objects.filter(id=b.id).update(expires_at=now + timedelta(minutes=5))
@@ -634,10 +640,10 @@ def test_dashboard_is_for_reviewers_only(oscar):
 def test_dashboard_counts_outcomes_decision_times_and_top_agents(rita, make_plan, other_agent):
     now = timezone.now()
     waiting = make_plan()
-    denied = make_plan()
+    denied = make_plan(input={"contact_id": "c-1001", "email": "ada+2@new.example"})
     done = make_plan("delete_contact", {"contact_id": "c-1002"})
     make_plan("update_invoice_memo", {"invoice_id": "inv-2001", "memo": "x"}, by=other_agent[0])
-    old = make_plan()
+    old = make_plan(input={"contact_id": "c-1001", "email": "ada+3@new.example"})
     Plan.objects.filter(id=denied.id).update(
         status=PlanStatus.DENIED, decided_at=denied.created_at + timedelta(seconds=30)
     )

@@ -17,12 +17,12 @@ from tests.e2e.conftest import agent_api, rita  # noqa: F401  (fixtures)
 
 
 @asynccontextmanager
-async def http_client(base_url: str, token: str | None, *, mode: str = "auto"):
+async def http_client(base_url: str, token: str | None, *, mode: str = "auto", **client_kw):
     """The official MCP client on ``/mcp``, with the token as a bearer header."""
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(45)) as http:
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60)) as http:
         transport = streamable_http_client(base_url + "/mcp", http_client=http)
-        async with Client(transport, mode=mode, read_timeout_seconds=45) as client:
+        async with Client(transport, mode=mode, read_timeout_seconds=60, **client_kw) as client:
             yield client
 
 
@@ -82,9 +82,11 @@ def in_process_threads(transactional_db):
 
 
 def tool_input(tool) -> dict:
-    """A tool's input schema without the reason Countersign adds to every action."""
+    """A tool's input schema without the reason and the idempotency key Countersign adds
+    to every action."""
     schema = dict(tool.input_schema)
-    schema["properties"] = {k: v for k, v in schema["properties"].items() if k != "reason"}
+    added = ("reason", "idempotency_key")
+    schema["properties"] = {k: v for k, v in schema["properties"].items() if k not in added}
     return schema
 
 

@@ -145,17 +145,46 @@ def test_an_agent_without_the_action_neither_sees_nor_calls_its_tool(live, other
     assert not Plan.objects.exists()
 
 
-def test_a_missing_token_is_a_bearer_challenge(live):
-    response = httpx.post(
-        live["url"] + "/mcp",
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-        headers={"Accept": "application/json, text/event-stream"},
-    )
-    assert response.status_code == 401
-    assert response.headers["WWW-Authenticate"] == "Bearer"
-    body = response.json()
-    assert body["error"]["code"] == UNAUTHENTICATED
-    assert body["error"]["data"]["title"] == "A valid agent token is required"
+def test_a_refused_token_is_a_bearer_challenge_with_the_reason(live):
+    """The header names the metadata document and, for a token that was sent, why it was
+    refused (what an SDK 1.x client, which raises on the status, carries in its
+    exception); the body answers the request's id with the API's problem (what SDK 2.x
+    shows)."""
+    for token, request_id in ((None, 1), ("cs_not_a_token", "req-7")):
+        headers = {"Accept": "application/json, text/event-stream"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        response = httpx.post(
+            live["url"] + "/mcp",
+            json={"jsonrpc": "2.0", "id": request_id, "method": "tools/list"},
+            headers=headers,
+        )
+        assert response.status_code == 401
+        challenge = response.headers["WWW-Authenticate"]
+        metadata = f'resource_metadata="{live["url"]}/.well-known/oauth-protected-resource/mcp"'
+        assert challenge.startswith("Bearer ") and metadata in challenge
+        if token:
+            assert 'error="invalid_token"' in challenge
+            assert "error_description=\"the token is not an active agent's" in challenge
+        else:
+            assert "error=" not in challenge  # RFC 6750: no error without credentials
+        body = response.json()
+        assert body["id"] == request_id
+        assert body["error"]["code"] == UNAUTHENTICATED
+        assert body["error"]["data"]["title"] == "A valid agent token is required"
+
+
+def test_there_is_no_standing_event_stream(live, agent_token):
+    """GET /mcp would open a stream that never ends: it is 405, as the docs say."""
+    for method in ("GET", "DELETE"):
+        response = httpx.request(
+            method,
+            live["url"] + "/mcp",
+            headers={"Authorization": f"Bearer {agent_token}", "Accept": "text/event-stream"},
+            timeout=5,
+        )
+        assert response.status_code == 405
+        assert response.headers["Allow"] == "POST"
 
 
 def test_a_foreign_host_is_refused(live, agent_token):

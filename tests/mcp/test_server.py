@@ -82,24 +82,62 @@ def test_descriptions_state_the_class_and_that_the_call_only_proposes(
     assert "Consequence class: external" in tools["send_reminder"].description
 
 
-def test_annotations_describe_the_tool_call_not_the_upstream_effect(
-    in_process, catalog, agent_token
+# What each action's tool hints, by its eventual effect once approved: (readOnly,
+# destructive, idempotent, openWorld). No proposal is idempotent: a repeat gives the same
+# plan only while it awaits a decision.
+HINTS = {
+    # observation reads: nothing changes
+    "get_contact": (True, False, False, False),
+    "get_contact_phone": (True, False, False, False),  # sensitive: a reviewer every time
+    "get_deployment": (True, False, False, False),
+    "get_reminder": (True, False, False, False),
+    # reversible changes: not destructive
+    "update_contact_email": (False, False, False, False),
+    "update_contact_phone": (False, False, False, False),
+    "update_invoice_memo": (False, False, False, False),
+    "create_contact": (False, False, False, False),
+    "replace_note": (False, False, False, False),
+    # external commitments: a message sent, an invoice issued, a deployment started
+    "send_invoice": (False, True, False, True),
+    "send_reminder": (False, True, False, True),
+    "start_deployment": (False, True, False, True),
+    # an irreversible delete
+    "delete_contact": (False, True, False, True),
+}
+
+
+def hint_tuple(annotations) -> tuple[bool, bool, bool, bool]:
+    a = annotations
+    return (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint)
+
+
+def test_annotations_say_what_the_call_eventually_does_per_class(
+    in_process, catalog, agent_token, client
 ):
     tools = {t.name: t for t in run(in_process, agent_token, lambda c: c.list_tools()).tools}
-    # Even deleting a contact only stores a plan: nothing upstream, nothing destroyed.
+    api = client.get("/api/v1/actions", HTTP_AUTHORIZATION=f"Bearer {agent_token}").json()
+    classes = {a["name"]: (a["consequence_class"], a["kind"]) for a in api}
     for name in catalog:
-        hints = tools[name].annotations
-        assert hints.read_only_hint is False
-        assert hints.destructive_hint is False
-        assert hints.idempotent_hint is False
-        assert hints.open_world_hint is False
-    # The upstream effect once approved is still there for clients that want it.
-    effect = tools["delete_contact"].meta["countersign/action"]["approved_effect"]
-    assert effect["destructiveHint"] is True
+        assert hint_tuple(tools[name].annotations) == HINTS[name], (name, classes[name])
+    # The JSON API gives the same hints.
+    for action in api:
+        hints = action["annotations"]
+        assert (
+            hints["readOnlyHint"],
+            hints["destructiveHint"],
+            hints["idempotentHint"],
+            hints["openWorldHint"],
+        ) == HINTS[action["name"]]
+    # Every class is covered.
+    assert {c for c, _ in classes.values()} == {
+        "observation",
+        "reversible",
+        "external",
+        "irreversible",
+    }
     get_plan, cancel_plan = tools["get_plan"].annotations, tools["cancel_plan"].annotations
-    assert get_plan.read_only_hint is True and get_plan.open_world_hint is False
-    assert cancel_plan.read_only_hint is False
-    assert cancel_plan.destructive_hint is False and cancel_plan.idempotent_hint is True
+    assert hint_tuple(get_plan) == (True, False, True, False)
+    assert hint_tuple(cancel_plan) == (False, False, True, False)
 
 
 # --- proposing ------------------------------------------------------------------------------
@@ -124,8 +162,9 @@ def test_proposing_returns_a_preview_the_plan_and_its_review_url(
     # The structured content is the plan exactly as GET /api/v1/plans/{id} renders it.
     api = client.get(f"/api/v1/plans/{plan.id}", HTTP_AUTHORIZATION=f"Bearer {agent_token}")
     assert result.structured_content == api.json()
-    link = result.content[1]
-    assert link.uri == "countersign://actions/update_contact_email/card"
+    plan_link, card_link = result.content[1], result.content[2]
+    assert plan_link.uri == f"countersign://plans/{plan.id}"
+    assert card_link.uri == "countersign://actions/update_contact_email/card"
 
 
 def test_the_preview_shows_messages_as_blocks_and_dates_in_the_configured_locale(

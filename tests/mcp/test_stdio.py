@@ -3,6 +3,7 @@ the agent token from the environment, against the live worker and the demo upstr
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -102,3 +103,28 @@ def test_the_token_comes_only_from_the_environment(live_env):
     assert done.returncode != 0
     assert "set the agent token in the environment variable MY_AGENT_TOKEN" in done.stderr
     assert done.stdout == ""  # stdout belongs to the protocol
+
+
+def test_review_links_use_the_address_make_run_serves(tmp_path):
+    """``make run PORT=9000`` records its address in var/public_url; a process it did not
+    start (the stdio server a desktop client launches) links there too, unless
+    COUNTERSIGN_PUBLIC_URL says otherwise."""
+    (tmp_path / "public_url").write_text("http://127.0.0.1:9000\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
+    env.update(COUNTERSIGN_ENV="embedded", COUNTERSIGN_VAR_DIR=str(tmp_path))
+    show = "from django.conf import settings; print(settings.PUBLIC_URL)"
+
+    def public_url(**extra) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", f"import django; django.setup(); {show}"],
+            cwd=ROOT,
+            env={**env, "DJANGO_SETTINGS_MODULE": "config.settings", **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert public_url() == "http://127.0.0.1:9000"
+    assert public_url(COUNTERSIGN_PUBLIC_URL="https://cs.example") == "https://cs.example"
