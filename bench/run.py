@@ -474,12 +474,17 @@ def b2_decision_to_effect(d: Deployment, sizes: Sizes) -> dict:
             received.setdefault(entry["path"].rsplit("/", 1)[1], entry["at"])
     from approvals.models import Plan
 
-    claimed = {
-        str(k): v.timestamp()
-        for k, v in Plan.objects.filter(id__in=list(committed)).values_list("id", "claimed_at")
-        if v is not None
-    }
-    total, to_claim, claim_to_write = [], [], []
+    rows = Plan.objects.filter(id__in=list(committed)).values_list(
+        "id", "claimed_at", "finished_at", "verified"
+    )
+    claimed, finished, verified = {}, {}, {}
+    for k, claimed_at, finished_at, was_verified in rows:
+        if claimed_at is not None:
+            claimed[str(k)] = claimed_at.timestamp()
+        if finished_at is not None:
+            finished[str(k)] = finished_at.timestamp()
+        verified[str(k)] = was_verified
+    total, to_claim, claim_to_write, to_outcome, write_to_outcome = [], [], [], [], []
     for plan in plans:
         at = received.get(plan["contact"])
         if at is None:
@@ -488,6 +493,11 @@ def b2_decision_to_effect(d: Deployment, sizes: Sizes) -> dict:
         if plan["id"] in claimed:
             to_claim.append((claimed[plan["id"]] - committed[plan["id"]]) * 1000)
             claim_to_write.append((at - claimed[plan["id"]]) * 1000)
+        # The outcome is recorded after the verification read (check_with: get_contact),
+        # so this is what an agent waiting on the plan sees.
+        if plan["id"] in finished:
+            to_outcome.append((finished[plan["id"]] - committed[plan["id"]]) * 1000)
+            write_to_outcome.append((finished[plan["id"]] - at) * 1000)
 
     # The floor: the executor's unavoidable upstream work (re-read, then the conditional
     # write) done directly over a fresh connection, as the executor opens one.
@@ -516,6 +526,9 @@ def b2_decision_to_effect(d: Deployment, sizes: Sizes) -> dict:
         "latency_ms": summary(total),
         "commit_to_claim_ms": summary(to_claim),
         "claim_to_write_ms": summary(claim_to_write),
+        "commit_to_outcome_ms": summary(to_outcome),
+        "write_to_outcome_ms": summary(write_to_outcome),
+        "verified": _count(str(v).lower() for v in verified.values()),
         "floor_ms": summary(floor),
         "latencies": total,
     }
