@@ -472,18 +472,24 @@ def b2_decision_to_effect(d: Deployment, sizes: Sizes) -> dict:
     for entry in d.upstream_log()[log_start:]:
         if entry["method"] == "PATCH":
             received.setdefault(entry["path"].rsplit("/", 1)[1], entry["at"])
+    from actions.lib.models import AuditEvent
     from approvals.models import Plan
 
-    rows = Plan.objects.filter(id__in=list(committed)).values_list(
-        "id", "claimed_at", "finished_at", "verified"
-    )
-    claimed, finished, verified = {}, {}, {}
-    for k, claimed_at, finished_at, was_verified in rows:
+    rows = Plan.objects.filter(id__in=list(committed)).values_list("id", "claimed_at", "verified")
+    claimed, verified = {}, {}
+    for k, claimed_at, was_verified in rows:
         if claimed_at is not None:
             claimed[str(k)] = claimed_at.timestamp()
-        if finished_at is not None:
-            finished[str(k)] = finished_at.timestamp()
         verified[str(k)] = was_verified
+    # The outcome's audit event is written after the verification read (the plan's
+    # finished_at is taken before it), so its time is when the agent can see the outcome.
+    finished = {
+        str(k): at.timestamp()
+        for k, at in AuditEvent.objects.filter(
+            plan_id__in=list(committed),
+            kind__in=["execution.completed", "execution.not_applied"],
+        ).values_list("plan_id", "at")
+    }
     total, to_claim, claim_to_write, to_outcome, write_to_outcome = [], [], [], [], []
     for plan in plans:
         at = received.get(plan["contact"])
