@@ -13,7 +13,7 @@ import pytest
 
 from approvals.models import Attempt, Heartbeat, Plan, PlanStatus
 from approvals.services import approval_record
-from tests.e2e.support import eventually, header
+from tests.e2e.support import SETTLED, eventually, header
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +88,9 @@ def test_a_reconciliation_whose_worker_died_is_still_done_by_the_sweeper(
     assert Plan.objects.get(pk=plan.pk).status == PlanStatus.UNKNOWN
 
     private.start("heir", beat=private.logs / "heir-beat")
-    settled = agent_api.wait_for(str(plan.id), timeout=90)
+    # Wait past unknown itself (a settled status for agents): only the heir's sweeper
+    # and reconciliation can move the plan on.
+    settled = agent_api.wait_for(str(plan.id), SETTLED - {PlanStatus.UNKNOWN}, timeout=90)
     assert settled["status"] == PlanStatus.COMPLETED, settled
     # What the agent is told about the write comes from the attempt.
     assert settled["outcome"]["request_sent"] is True
