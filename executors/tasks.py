@@ -8,10 +8,13 @@ delivering one twice is harmless because execution claims the plan under a row l
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from actions.lib import dispatch
 from actions.lib.actors import EXECUTOR
+from actions.lib.checkpoints import SealingKeyUnavailable, audit_seal
 
 from .reconciliation import pending_follow, reconcile
 from .services import execution_run
@@ -31,6 +34,20 @@ def follow_pending_task(plan_id: str) -> str:
 @shared_task(name=dispatch.RECONCILE, acks_late=True, ignore_result=True)
 def reconcile_task(plan_id: str, actor: str = EXECUTOR) -> str:
     return reconcile(plan_id=plan_id, actor=actor)
+
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name=dispatch.SEAL_AUDIT, ignore_result=True)
+def seal_audit_task() -> dict:
+    """Sign checkpoints of the audit trail (one sealer at a time, by lease). A worker not
+    given the audit key says so and does nothing: another worker seals."""
+    try:
+        return audit_seal()
+    except SealingKeyUnavailable as exc:
+        log.warning("audit not sealed here: %s", exc)
+        return {"leased": False}
 
 
 @shared_task(name=dispatch.SWEEP, ignore_result=True)
