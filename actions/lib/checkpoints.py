@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 NOTE_HEADER = "countersign audit checkpoint v1"
 LEASE = "sealer"
+# The dashboard raises the alarm when the oldest unsealed event is older than this: the
+# sealer runs every second, so that means no worker holding the audit key is sealing.
+SEAL_STALE_SECONDS = 30.0
 
 
 class SealingKeyUnavailable(Exception):
