@@ -1,6 +1,6 @@
 """The embedded mode (`make run`: SQLite, no external services) runs a plan from
 proposal to effect with the same code: the catalog generation's SQLite triggers, the
-audit chain without PostgreSQL's advisory lock, the plain-SQL vault check and sending
+audit trail numbered by SQLite (no gaps) and sealed, the plain-SQL vault check and sending
 fence. Run in a subprocess, since this suite's own database is PostgreSQL."""
 
 from __future__ import annotations
