@@ -1007,8 +1007,9 @@ def footprint(d: Deployment) -> dict:
 
 
 def profiles(d: Deployment, sizes: Sizes, out_dir: Path) -> dict:
-    """cProfile of the submit service and of one execution, run in this process over the
-    same database and upstream: the web and worker code paths without HTTP or Celery."""
+    """cProfile of the submit and decide services and of executions, run in this process
+    over the same database and upstream: the web and worker code paths without HTTP or
+    Celery."""
     from django.conf import settings
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -1054,9 +1055,13 @@ def profiles(d: Deployment, sizes: Sizes, out_dir: Path) -> dict:
     profiler.disable()
     files["submit"] = _dump(profiler, out_dir / "profile-submit.txt", len(plans), "plan_submit")
 
+    profiler = cProfile.Profile()
     with publishing_held():
+        profiler.enable()
         for plan in plans:
             approve(plan, d.reviewer)
+        profiler.disable()
+    files["decide"] = _dump(profiler, out_dir / "profile-decide.txt", len(plans), "approval_record")
     settings.COUNTERSIGN_WORKER_KEY_FILE = str(d.key_file)
     try:
         profiler = cProfile.Profile()
