@@ -3,6 +3,7 @@ written concurrently; actions.lib.checkpoints links them afterwards."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db import connection, transaction
@@ -82,22 +83,57 @@ def event_entry(event: AuditEvent) -> bytes:
     return event_bytes(seq=event.id, **fields)
 
 
-def _next_id(cursor) -> int:
-    """A sequence number for the event about to be written (PostgreSQL).
+def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
+    """Insert the event in one statement (one round trip); returns its number and bytes.
 
-    The transaction's id is assigned first, in the same statement: the sealer relies on
-    every sequence number being drawn by a transaction that already has an id, so that
-    once the transactions running at some instant have ended, no event numbered below
-    what was visible then can still commit (actions.lib.checkpoints)."""
+    The transaction's id is assigned first, then the number drawn, in that order (the
+    CTEs are materialized one after the other): the sealer relies on every number being
+    drawn by a transaction that already has an id, so that once the transactions running
+    at some instant have ended, no event numbered below what was visible then can still
+    commit (actions.lib.checkpoints). The number is part of the bytes, so they are
+    completed in the statement: "seq" sorts last among the keys, so the canonical bytes
+    are those of the other fields with ``,"seq":<n>}`` in place of the closing brace, and
+    their SHA-256 is taken there too. Nothing else is computed in SQL (the time is this
+    process's, as before)."""
     table = AuditEvent._meta.db_table
-    if table not in _sequence:
-        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
-        _sequence[table] = cursor.fetchone()[0]
-    cursor.execute(
-        "SELECT nextval(%s) FROM (SELECT pg_current_xact_id() OFFSET 0) AS x",
-        [_sequence[table]],
-    )
-    return cursor.fetchone()[0]
+    without_seq = canonical_bytes(_body_fields(**fields))
+    prefix = without_seq[:-1].decode() + ',"seq":'
+    with connection.cursor() as cursor:
+        if table not in _sequence:
+            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+            _sequence[table] = cursor.fetchone()[0]
+        cursor.execute(
+            "WITH x AS MATERIALIZED (SELECT pg_current_xact_id()),"
+            " n AS MATERIALIZED (SELECT nextval(%s) AS id FROM x),"
+            " b AS MATERIALIZED (SELECT n.id, %s::text || n.id::text || '}' AS body FROM n)"
+            f" INSERT INTO {connection.ops.quote_name(table)}"
+            " (id, at, kind, actor, plan_id, fingerprint, data, prev_hash, body, hash)"
+            " SELECT b.id, %s, %s, %s, %s::uuid, %s, %s::jsonb, '', b.body,"
+            " encode(sha256(convert_to(b.body, 'UTF8')), 'hex') FROM b RETURNING id",
+            [
+                _sequence[table],
+                prefix,
+                fields["at_value"],
+                fields["kind"],
+                fields["actor"],
+                fields["plan_id"] or None,
+                fields["fingerprint"],
+                json.dumps(fields["data"]),
+            ],
+        )
+        seq = cursor.fetchone()[0]
+    return seq, f"{prefix}{seq}}}"
+
+
+def _body_fields(*, at_value, at, kind, actor, plan_id, fingerprint, data) -> dict[str, Any]:
+    return {
+        "at": at,
+        "kind": kind,
+        "actor": actor,
+        "plan": plan_id,
+        "fingerprint": fingerprint,
+        "data": data,
+    }
 
 
 def audit_record(
@@ -115,17 +151,38 @@ def audit_record(
     data = data or {}
     fingerprint = plan.fingerprint if plan is not None else ""
     plan_id = str(plan.id) if plan is not None else ""
+    fields = {
+        "at_value": at,
+        "at": at.isoformat(),
+        "kind": kind,
+        "actor": actor,
+        "plan_id": plan_id,
+        "fingerprint": fingerprint,
+        "data": data,
+    }
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            seq = _next_id(cursor)
-    else:
-        # SQLite: transactions begin IMMEDIATE (config/settings.py), so this one holds
-        # the only write lock from its start to its commit and the next number is ours
-        # (a rolled-back number is simply used again: no gaps on SQLite).
-        seq = (AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0) + 1
+        seq, body = _insert_postgresql(fields)
+        event = AuditEvent(
+            id=seq,
+            at=at,
+            kind=kind,
+            actor=actor,
+            plan=plan,
+            fingerprint=fingerprint,
+            data=data,
+            body=body,
+            hash=sha256_hex(body.encode()),
+        )
+        event._state.adding = False
+        event._state.db = connection.alias
+        return event
+    # SQLite: transactions begin IMMEDIATE (config/settings.py), so this one holds the
+    # only write lock from its start to its commit and the next number is ours (a
+    # rolled-back number is simply used again: no gaps on SQLite).
+    seq = (AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0) + 1
     body = event_bytes(
         seq=seq,
-        at=at.isoformat(),
+        at=fields["at"],
         kind=kind,
         actor=actor,
         plan_id=plan_id,
