@@ -96,7 +96,16 @@ def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
     their SHA-256 is taken there too. Nothing else is computed in SQL (the time is this
     process's, as before)."""
     table = AuditEvent._meta.db_table
-    without_seq = canonical_bytes(_body_fields(**fields))
+    without_seq = canonical_bytes(
+        {
+            "at": fields["at"],
+            "kind": fields["kind"],
+            "actor": fields["actor"],
+            "plan": fields["plan_id"],
+            "fingerprint": fields["fingerprint"],
+            "data": fields["data"],
+        }
+    )
     prefix = without_seq[:-1].decode() + ',"seq":'
     with connection.cursor() as cursor:
         if table not in _sequence:
@@ -123,17 +132,6 @@ def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
         )
         seq = cursor.fetchone()[0]
     return seq, f"{prefix}{seq}}}"
-
-
-def _body_fields(*, at_value, at, kind, actor, plan_id, fingerprint, data) -> dict[str, Any]:
-    return {
-        "at": at,
-        "kind": kind,
-        "actor": actor,
-        "plan": plan_id,
-        "fingerprint": fingerprint,
-        "data": data,
-    }
 
 
 def audit_record(

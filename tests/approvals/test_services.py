@@ -651,3 +651,28 @@ def test_rewriting_events_and_checkpoints_together_is_caught_by_the_copy(
     assert f"checkpoint {first} differs from the copy (rewritten in the database)" in problems
     with pytest.raises(CommandError, match="NOT intact"):
         call_command("verify_audit", "--copy", str(export))
+
+
+def test_an_export_verifies_offline_and_its_tampering_is_reported(sealed_flow, tmp_path):
+    export = tmp_path / "checkpoints.jsonl"
+    call_command("verify_audit", "--export", str(export))
+    call_command("verify_audit", "--offline", str(export))
+    lines = export.read_text().splitlines()
+    assert len(lines) >= 2
+    first = json.loads(lines[0])
+    second = json.loads(lines[1])
+
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("\n".join([json.dumps({**first, "root_hash": "00" * 32}), *lines[1:]]))
+    problems = [str(p) for p in verify_export(edited, verify_keys()).problems]
+    assert f"checkpoint {first['tree_size']}: the signature does not verify" in problems
+
+    removed = tmp_path / "removed.jsonl"
+    removed.write_text("\n".join(lines[1:]))
+    problems = [str(p) for p in verify_export(removed, verify_keys()).problems]
+    assert problems == [
+        f"checkpoint {second['tree_size']}: extends size {first['tree_size']}, "
+        "but the checkpoint before it has size 0 (one is missing)"
+    ]
+    with pytest.raises(CommandError, match="NOT intact"):
+        call_command("verify_audit", "--offline", str(removed))
