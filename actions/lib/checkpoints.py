@@ -41,6 +41,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from nacl.exceptions import BadSignatureError
@@ -277,7 +279,11 @@ def audit_seal(*, holder: str | None = None, max_batches: int | None = None) -> 
     key = signing_key()
     vk_id = key_id(key.verify_key)
     holder = holder or f"{socket.gethostname()}:{os.getpid()}"
-    report = {"leased": False, "checkpoints": 0, "events": 0, "waiting": False}
+    report = {"leased": False, "checkpoints": 0, "events": 0, "waiting": False, "idle": False}
+    sealed_to = AuditCheckpoint.objects.order_by("-tree_size").values_list("last_event_id")[:1]
+    if not AuditEvent.objects.filter(id__gt=Coalesce(Subquery(sealed_to), 0)).exists():
+        report["idle"] = True  # nothing new: not even the lease is written
+        return report
     if not _lease_take(holder, timezone.now()):
         return report
     report["leased"] = True

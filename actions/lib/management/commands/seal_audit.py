@@ -24,7 +24,10 @@ class Command(BaseCommand):
                 report = audit_seal()
             except (SealingKeyUnavailable, SealerError) as exc:
                 raise CommandError(str(exc)) from None
-            if not report["leased"]:
+            if report["idle"]:
+                if not loop:
+                    self.stdout.write("nothing to seal")
+            elif not report["leased"]:
                 self.stdout.write("another sealer holds the lease")
             elif report["checkpoints"] or not loop:
                 self.stdout.write(
