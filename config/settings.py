@@ -311,6 +311,9 @@ COUNTERSIGN_AUDIT_PUBLIC_KEY = env_str("COUNTERSIGN_AUDIT_PUBLIC_KEY") or (
 # Each new checkpoint is also appended here (JSON lines), best on storage the database's
 # owner cannot rewrite; `verify_audit --copy FILE` compares the database with it.
 COUNTERSIGN_AUDIT_EXPORT_FILE = env_str("COUNTERSIGN_AUDIT_EXPORT_FILE")
+# Optional: each new checkpoint is also POSTed here (JSON, signed by the checkpoint's own
+# signature), by a task retried like notification webhooks (COUNTERSIGN_WEBHOOK_*).
+COUNTERSIGN_AUDIT_WITNESS_URL = env_str("COUNTERSIGN_AUDIT_WITNESS_URL")
 # Names the log in every signed checkpoint.
 COUNTERSIGN_AUDIT_ORIGIN = env_str("COUNTERSIGN_AUDIT_ORIGIN", PUBLIC_URL)
 

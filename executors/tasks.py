@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 from actions.lib import dispatch
 from actions.lib.actors import EXECUTOR
-from actions.lib.checkpoints import SealingKeyUnavailable, audit_seal
+from actions.lib.checkpoints import SealingKeyUnavailable, audit_seal, checkpoint_witness
 
 from .reconciliation import pending_follow, reconcile
 from .services import execution_run
@@ -48,6 +49,23 @@ def seal_audit_task() -> dict:
     except SealingKeyUnavailable as exc:
         log.warning("audit not sealed here: %s", exc)
         return {"leased": False}
+
+
+# Seconds before retry n of a checkpoint the witness did not take: 10 s, 60 s, 5 min, ...
+WITNESS_BACKOFF = (10, 60, 300, 900)
+
+
+@shared_task(name=dispatch.WITNESS_CHECKPOINT, bind=True, acks_late=True, ignore_result=True)
+def witness_checkpoint_task(self, checkpoint_id: int) -> str:
+    outcome = checkpoint_witness(checkpoint_id=checkpoint_id)
+    if outcome != "failed":
+        return outcome
+    tries = self.request.retries + 1
+    if tries >= max(1, int(settings.COUNTERSIGN_WEBHOOK_MAX_TRIES)):
+        log.warning("audit witness: checkpoint %s given up after %s tries", checkpoint_id, tries)
+        return "gave-up"
+    countdown = WITNESS_BACKOFF[min(self.request.retries, len(WITNESS_BACKOFF) - 1)]
+    raise self.retry(countdown=countdown, max_retries=None)
 
 
 @shared_task(name=dispatch.SWEEP, ignore_result=True)

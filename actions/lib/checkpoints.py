@@ -39,6 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Subquery
@@ -48,6 +49,7 @@ from django.utils.dateparse import parse_datetime
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
+from . import dispatch
 from .audit import event_entry
 from .canonical import canonical_bytes, sha256_hex
 from .merkle import Frontier, consistency_proof, leaf_hash, verify_consistency
@@ -163,6 +165,33 @@ def _export_append(cp: AuditCheckpoint) -> None:
             fh.write(json.dumps(checkpoint_json(cp), sort_keys=True) + "\n")
     except OSError as exc:
         log.error("could not append the audit checkpoint to the export file: %s", exc)
+
+
+def checkpoint_witness(*, checkpoint_id: int) -> str:
+    """POST one checkpoint, as its export line, to COUNTERSIGN_AUDIT_WITNESS_URL: a copy
+    held by someone else. The body is signed by the checkpoint's own Ed25519 signature
+    (the witness verifies it with the public key; no shared secret). Returns
+    ``delivered``, ``failed`` (worth retrying) or ``refused`` (a 4xx: not retried)."""
+    url = settings.COUNTERSIGN_AUDIT_WITNESS_URL
+    cp = AuditCheckpoint.objects.filter(id=checkpoint_id).first()
+    if not url or cp is None:
+        return "refused"
+    body = json.dumps(checkpoint_json(cp), sort_keys=True).encode()
+    try:
+        with httpx.Client(
+            timeout=settings.COUNTERSIGN_WEBHOOK_TIMEOUT, follow_redirects=False, trust_env=False
+        ) as client:
+            response = client.post(url, content=body, headers={"Content-Type": "application/json"})
+    except httpx.HTTPError as exc:
+        log.warning(
+            "audit witness: checkpoint %s not delivered (%s)", cp.tree_size, type(exc).__name__
+        )
+        return "failed"
+    if response.is_success:
+        return "delivered"
+    log.warning("audit witness: checkpoint %s answered %s", cp.tree_size, response.status_code)
+    retry = response.status_code >= 500 or response.status_code in (408, 429)
+    return "failed" if retry else "refused"
 
 
 # --- the lease -------------------------------------------------------------------------
@@ -363,6 +392,8 @@ def _seal_batch(key: SigningKey, vk_id: str, holder: str, horizon: int) -> int:
                 gaps=cp["gaps"],
                 frontier=frontier.to_json(),
             )
+            if settings.COUNTERSIGN_AUDIT_WITNESS_URL:
+                dispatch.on_commit(dispatch.WITNESS_CHECKPOINT, row.id)
     except IntegrityError:
         return 0  # another sealer extended this checkpoint first: never a fork
     _export_append(row)
