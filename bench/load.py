@@ -10,6 +10,11 @@ Jobs (``"mode"``):
   ``ready_file`` once every request has been sent; returns when each came back (wall
   clock, to compare with the approver's commit times).
 * ``get``: GET each path ``repeat`` times, one at a time; returns the latencies.
+* ``decide``: reviewers approving plans over HTTP, as the review page's form does: one
+  lane per reviewer session (``lanes: [{cookies, plans}]``), all lanes at once, each
+  posting its plans one after the other; returns every latency and the elapsed time.
+* ``hammer``: GET one path from ``concurrency`` tasks for ``seconds`` (the upstream's
+  own rate: the floor a submission, which reads the upstream once, cannot beat).
 """
 
 from __future__ import annotations
@@ -193,7 +198,71 @@ async def get(job: dict) -> dict:
     return {"latencies": out}
 
 
-MODES = {"submit": submit, "prepare": prepare, "wait": wait, "get": get}
+async def decide(job: dict) -> dict:
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+
+    async def lane(spec: dict) -> None:
+        async with httpx.AsyncClient(base_url=job["url"], cookies=spec["cookies"], timeout=60) as c:
+            # The queue page sets the CSRF cookie, as it does for a browser.
+            (await c.get("/plans/")).raise_for_status()
+            token = c.cookies.get("csrftoken")
+            await ready.wait()
+            for plan in spec["plans"]:
+                began = time.perf_counter()
+                response = await c.post(
+                    f"/plans/{plan['id']}/decide",
+                    data={"decision": "approve", "fingerprint": plan["fingerprint"]},
+                    headers={"X-CSRFToken": token},
+                )
+                latencies.append((time.perf_counter() - began) * 1000)
+                key = str(response.status_code)
+                statuses[key] = statuses.get(key, 0) + 1
+
+    ready = asyncio.Event()
+    tasks = [asyncio.ensure_future(lane(spec)) for spec in job["lanes"]]
+    await asyncio.sleep(1.0)  # every lane signed in and holding its token
+    began = time.perf_counter()
+    ready.set()
+    await asyncio.gather(*tasks)
+    return {"elapsed": time.perf_counter() - began, "latencies": latencies, "http": statuses}
+
+
+async def hammer(job: dict) -> dict:
+    count = 0
+    errors: dict[str, int] = {}
+    limits = httpx.Limits(max_connections=job["concurrency"], max_keepalive_connections=None)
+    async with httpx.AsyncClient(
+        base_url=job["url"], headers=job.get("headers", {}), limits=limits, timeout=30
+    ) as c:
+
+        async def loop(until: float, record: bool) -> None:
+            nonlocal count
+            while time.perf_counter() < until:
+                response = await c.get(job["path"])
+                if not record:
+                    continue
+                if response.status_code == 200:
+                    count += 1
+                else:
+                    errors[str(response.status_code)] = errors.get(str(response.status_code), 0) + 1
+
+        warm = time.perf_counter() + 1.0
+        await asyncio.gather(*(loop(warm, False) for _ in range(job["concurrency"])))
+        began = time.perf_counter()
+        until = began + job["seconds"]
+        await asyncio.gather(*(loop(until, True) for _ in range(job["concurrency"])))
+    return {"count": count, "elapsed": time.perf_counter() - began, "errors": errors}
+
+
+MODES = {
+    "submit": submit,
+    "prepare": prepare,
+    "wait": wait,
+    "get": get,
+    "decide": decide,
+    "hammer": hammer,
+}
 
 
 def main() -> int:

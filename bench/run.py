@@ -17,8 +17,10 @@ through ``approvals.services.approval_record``, as the review page does), and re
 ``/proc`` and ``pg_stat_activity``. Results go to ``docs/benchmarks/results.json``;
 ``bench/report.py`` turns them into ``docs/benchmarks.md`` and PNG plots.
 
-Scenarios: B1 submit, B2 decision to effect, B3 executor throughput, B4 history,
-B5 waiting agents, B6 footprint (see docs/benchmarks.md).
+Scenarios: B1 submit (with the floor: the upstream's own GET rate and PostgreSQL's
+single-row insert rate, measured in the same run), B2 decision to effect, B3 executor
+throughput, B4 history, B5 waiting agents, B6 footprint, B7 decisions per second (see
+docs/benchmarks.md). B1, B5 and B7 also sample how long audit events wait to be sealed.
 
 ``--quick`` is a short run for development; the full run takes about ten minutes.
 """
@@ -96,6 +98,9 @@ class Sizes:
     b5_few: int = 20
     b5_idle: float = 4.0
     profile_calls: int = 150
+    b7_decisions: int = 1000
+    b7_reviewers: int = 16
+    floor_seconds: float = 6.0
 
 
 QUICK = Sizes(
@@ -109,6 +114,9 @@ QUICK = Sizes(
     b5_few=10,
     b5_idle=3.0,
     profile_calls=40,
+    b7_decisions=200,
+    b7_reviewers=8,
+    floor_seconds=3.0,
 )
 
 
@@ -162,6 +170,7 @@ class Deployment:
         from django.db import connection
 
         from actions.catalog import load_catalog
+        from actions.lib.checkpoints import generate_signing_key
         from actions.models import Connector, Credential
         from actions.services import agent_create, credential_set
         from executors.vault import generate_keypair
@@ -178,6 +187,11 @@ class Deployment:
         key_file.write_text(private)
         key_file.chmod(0o600)
         settings.COUNTERSIGN_WORKER_PUBLIC_KEY = public
+        audit_private, audit_public = generate_signing_key()
+        audit_key = self.work / "audit.key"
+        audit_key.write_text(audit_private)
+        audit_key.chmod(0o600)
+        settings.COUNTERSIGN_AUDIT_PUBLIC_KEY = audit_public
 
         proc, self.upstream_url = start_upstream(
             dict(os.environ), self.work, self.read_token, self.write_token
@@ -226,6 +240,11 @@ class Deployment:
         self.worker_env = {
             **env,
             "COUNTERSIGN_WORKER_KEY_FILE": str(key_file),
+            # The sealer runs in the workers (beat in the first one), as in production.
+            "COUNTERSIGN_AUDIT_KEY_FILE": str(audit_key),
+            # Beat is here for the sealer; the sweeper stays out of the measurements, as
+            # before the sealer existed (no bench scenario loses a message).
+            "COUNTERSIGN_SWEEP_SECONDS": "3600",
             "COUNTERSIGN_LOG_LEVEL": "INFO",  # the worker's " ready." line
         }
         self.key_file = key_file
@@ -245,9 +264,16 @@ class Deployment:
     def start_workers(self, count: int) -> None:
         for proc in self.workers:
             self.stack.stop(proc)
+        self.beats = getattr(self, "beats", 0) + 1
         started = [
             self.stack.add(
-                start_worker(self.worker_env, self.work, name=f"worker-{count}-{i}", wait=False)
+                start_worker(
+                    self.worker_env,
+                    self.work,
+                    name=f"worker-{count}-{i}",
+                    wait=False,
+                    beat_schedule=self.work / f"beat-{self.beats}" if i == 0 else None,
+                )
             )
             for i in range(count)
         ]
@@ -389,6 +415,90 @@ def publishing_held():
         dispatch.publish = original
 
 
+@contextlib.contextmanager
+def seal_lag(every: float = 0.25):
+    """Samples, while the block runs, how long the oldest unsealed audit event has
+    waited (actions.lib.checkpoints.audit_unsealed_age); yields the list it fills."""
+    from django.db import connections
+
+    from actions.lib.checkpoints import audit_unsealed_age
+
+    samples: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        try:
+            while not stop.wait(every):
+                with contextlib.suppress(Exception):
+                    samples.append(audit_unsealed_age())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
+
+
+def lag_summary(samples: list[float]) -> dict:
+    return {
+        "samples": len(samples),
+        "p50_s": pct(samples, 0.5) if samples else 0.0,
+        "max_s": max(samples, default=0.0),
+    }
+
+
+def floor(d: Deployment, sizes: Sizes, concurrency: int) -> dict:
+    """What a submission is built on, measured now: the demo upstream answering the GET a
+    preview makes, and PostgreSQL committing single-row inserts, each from
+    ``concurrency`` clients. A submission does one of each and more, so the lower of
+    the two rates is a ceiling it cannot reach."""
+    import psycopg
+    from django.db import connection
+
+    got = d.load(
+        {
+            "mode": "hammer",
+            "url": d.upstream_url,
+            "path": f"/contacts/c-{CONTACT_BASE}",
+            "headers": {"Authorization": f"Bearer {d.read_token}"},
+            "concurrency": concurrency,
+            "seconds": sizes.floor_seconds,
+        }
+    )
+    url = database_url(connection.settings_dict)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, body jsonb)"
+        )
+    counts = [0] * concurrency
+    until = time.monotonic() + sizes.floor_seconds
+
+    def inserter(i: int) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            while time.monotonic() < until:
+                conn.execute("INSERT INTO bench_floor (body) VALUES (%s)", ['{"n": 1}'])
+                counts[i] += 1
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=inserter, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    inserts = sum(counts) / (time.monotonic() - began)
+    upstream = got["count"] / got["elapsed"] if got["elapsed"] else 0.0
+    return {
+        "concurrency": concurrency,
+        "upstream_get_per_second": upstream,
+        "pg_insert_per_second": inserts,
+        "per_second": min(upstream, inserts),
+    }
+
+
 # --- B1 submit ------------------------------------------------------------------------------
 
 
@@ -407,6 +517,8 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    lag_context = seal_lag()
+    lags = lag_context.__enter__()  # left in the finally below, with the sampler
     try:
         # Alternate, so drift on a shared machine hits both alike.
         for name, path in [
@@ -434,6 +546,7 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
     finally:
         stop.set()
         sampler.join()
+        lag_context.__exit__(None, None, None)
     out = {"concurrency": sizes.b1_concurrency, "seconds": sizes.b1_seconds}
     for name, parts in runs.items():
         latencies = [x for p in parts for x in p["latencies"]]
@@ -451,7 +564,64 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
         }
     out["ratio"] = out["submit"]["per_second"] / max(out["baseline"]["per_second"], 1e-9)
     out["web_rss_peak_kb"] = max(samples, default=0)
+    out["seal_lag"] = lag_summary(lags)
+    say(f"B1 floor x{sizes.b1_concurrency}")
+    out["floor"] = floor(d, sizes, sizes.b1_concurrency)
+    out["of_floor"] = out["submit"]["per_second"] / max(out["floor"]["per_second"], 1e-9)
     return out
+
+
+# --- B7 decisions per second ----------------------------------------------------------------
+
+
+def b7_decisions(d: Deployment, sizes: Sizes) -> dict:
+    """Reviewers approving plans over HTTP against the web processes, as fast as they
+    can: each reviewer a session of its own, posting the review page's form one plan
+    after the other, all reviewers at once. The workers execute meanwhile, as they
+    would; the audit trail is sealed meanwhile too (its lag is sampled)."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    from approvals.models import Plan
+
+    plans = d.take(sizes.b7_decisions, "d")
+    permission = Permission.objects.get(codename="review_plan")
+    lanes = []
+    for i in range(sizes.b7_reviewers):
+        user, _ = get_user_model().objects.get_or_create(username=f"bench-decider-{i}")
+        user.user_permissions.add(permission)
+        client = Client(HTTP_HOST="127.0.0.1")
+        client.force_login(user)
+        lanes.append(
+            {
+                "cookies": {
+                    settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value
+                },
+                "plans": plans[i :: sizes.b7_reviewers],
+            }
+        )
+    say(f"B7 {len(plans)} decisions by {len(lanes)} reviewers over HTTP")
+    with seal_lag() as lags:
+        run = d.load({"mode": "decide", "lanes": lanes})
+        ids = [p["id"] for p in plans]
+        decided = Plan.objects.filter(id__in=ids).exclude(status="awaiting_approval").count()
+        settled = wait_settled(ids, 120 + len(ids) / 5)
+        deadline = time.monotonic() + 30
+        while lags and lags[-1] > 0 and time.monotonic() < deadline:
+            time.sleep(0.25)
+    return {
+        "decisions": len(plans),
+        "reviewers": len(lanes),
+        "web_workers": d.args.web_workers,
+        "decided": decided,
+        "http": run["http"],
+        "per_second": len(plans) / run["elapsed"] if run["elapsed"] else 0.0,
+        "latency_ms": summary(run["latencies"]),
+        "outcomes": _count(settled.values()),
+        "seal_lag": lag_summary(lags),
+    }
 
 
 # --- B2 decision to effect ------------------------------------------------------------------
@@ -837,8 +1007,9 @@ def footprint(d: Deployment) -> dict:
 
 
 def profiles(d: Deployment, sizes: Sizes, out_dir: Path) -> dict:
-    """cProfile of the submit service and of one execution, run in this process over the
-    same database and upstream: the web and worker code paths without HTTP or Celery."""
+    """cProfile of the submit and decide services and of executions, run in this process
+    over the same database and upstream: the web and worker code paths without HTTP or
+    Celery."""
     from django.conf import settings
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -884,9 +1055,13 @@ def profiles(d: Deployment, sizes: Sizes, out_dir: Path) -> dict:
     profiler.disable()
     files["submit"] = _dump(profiler, out_dir / "profile-submit.txt", len(plans), "plan_submit")
 
+    profiler = cProfile.Profile()
     with publishing_held():
+        profiler.enable()
         for plan in plans:
             approve(plan, d.reviewer)
+        profiler.disable()
+    files["decide"] = _dump(profiler, out_dir / "profile-decide.txt", len(plans), "approval_record")
     settings.COUNTERSIGN_WORKER_KEY_FILE = str(d.key_file)
     try:
         profiler = cProfile.Profile()
@@ -1012,6 +1187,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("B2", lambda: b2_decision_to_effect(d, sizes)),
                 ("B3", lambda: b3_throughput(d, sizes)),
                 ("B5", lambda: b5_waiting(d, sizes)),
+                ("B7", lambda: b7_decisions(d, sizes)),
             ]
             for name, run in scenarios:
                 if only and name not in only:

@@ -301,6 +301,21 @@ COUNTERSIGN_WORKER_PUBLIC_KEY = env_str("COUNTERSIGN_WORKER_PUBLIC_KEY") or (
     (VAR_DIR / "worker.pub").read_text().strip() if (VAR_DIR / "worker.pub").exists() else ""
 )
 COUNTERSIGN_WORKER_KEY_FILE = env_str("COUNTERSIGN_WORKER_KEY_FILE")
+# The audit trail's checkpoints are signed (Ed25519) by the sealer, a worker task: only
+# sealing workers get COUNTERSIGN_AUDIT_KEY_FILE; every process may verify with the public
+# key (base64; several, comma-separated, while a key is replaced). actions/lib/checkpoints.py
+COUNTERSIGN_AUDIT_KEY_FILE = env_str("COUNTERSIGN_AUDIT_KEY_FILE")
+COUNTERSIGN_AUDIT_PUBLIC_KEY = env_str("COUNTERSIGN_AUDIT_PUBLIC_KEY") or (
+    (VAR_DIR / "audit.pub").read_text().strip() if (VAR_DIR / "audit.pub").exists() else ""
+)
+# Each new checkpoint is also appended here (JSON lines), best on storage the database's
+# owner cannot rewrite; `verify_audit --copy FILE` compares the database with it.
+COUNTERSIGN_AUDIT_EXPORT_FILE = env_str("COUNTERSIGN_AUDIT_EXPORT_FILE")
+# Optional: each new checkpoint is also POSTed here (JSON, signed by the checkpoint's own
+# signature), by a task retried like notification webhooks (COUNTERSIGN_WEBHOOK_*).
+COUNTERSIGN_AUDIT_WITNESS_URL = env_str("COUNTERSIGN_AUDIT_WITNESS_URL")
+# Names the log in every signed checkpoint.
+COUNTERSIGN_AUDIT_ORIGIN = env_str("COUNTERSIGN_AUDIT_ORIGIN", PUBLIC_URL)
 
 # --- Behaviour ----------------------------------------------------------------------
 # How long an agent's plan waits for a decision, and how long an approval stays usable.
@@ -402,6 +417,14 @@ COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False) and not PRODUCTION
 if COUNTERSIGN_BENCH:
     ROOT_URLCONF = "bench.urls"
 
+# The sealer runs this often (celery beat), signs at most this many events per checkpoint,
+# waits at most this long for transactions that may still commit a lower event number, and
+# keeps its lease this long without renewing it.
+COUNTERSIGN_SEAL_SECONDS = env_float("COUNTERSIGN_SEAL_SECONDS", 1.0)
+COUNTERSIGN_SEAL_BATCH = env_int("COUNTERSIGN_SEAL_BATCH", 5000)
+COUNTERSIGN_SEAL_WAIT_SECONDS = env_float("COUNTERSIGN_SEAL_WAIT_SECONDS", 2.0)
+COUNTERSIGN_SEAL_LEASE_SECONDS = env_float("COUNTERSIGN_SEAL_LEASE_SECONDS", 30.0)
+
 # --- Celery ---------------------------------------------------------------------------
 # The database is the source of truth; a broker message is only a wake-up.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
@@ -440,6 +463,12 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_DB_REUSE_MAX = 1000
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "executors.sweep", "schedule": COUNTERSIGN_SWEEP_SECONDS},
+    # A seal message older than two periods is dropped: the next one does its work.
+    "seal-audit": {
+        "task": "executors.seal_audit",
+        "schedule": COUNTERSIGN_SEAL_SECONDS,
+        "options": {"expires": 2 * COUNTERSIGN_SEAL_SECONDS},
+    },
 }
 # Where celery beat keeps its schedule (config/celery.py creates the directory when beat
 # starts; a beat that cannot start is seen through the sweeper's heartbeat).

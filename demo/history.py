@@ -18,8 +18,8 @@ What it writes (PostgreSQL: ``COPY``; other databases: ``bulk_create``):
   the last ``days`` days, so time-windowed pages see only their window. None is awaiting
   approval or approved, so the review queue and the sweeper keep their real size.
 * ``events_per_plan`` audit events per plan (``plan.proposed`` and the outcome),
-  appended to the hash chain under the same advisory lock the application takes, so
-  ``manage.py verify_audit`` still passes afterwards.
+  numbered and hashed as the application writes them, so the sealer signs them like any
+  other and ``manage.py verify_audit`` passes afterwards.
 
 Rows go in chunks (``chunk`` plans per transaction), so a million plans do not need a
 million-row transaction. Seeded rows are ordinary rows; nothing marks them, so seed a
@@ -177,13 +177,16 @@ def _events_for(row: dict, events_per_plan: int) -> list[tuple]:
     return events
 
 
-def _chain(events: list[tuple], prev_hash: str) -> list[tuple]:
-    from actions.lib.audit import event_hash
+def _numbered(events: list[tuple], ids: list[int]) -> list[tuple]:
+    """Each event with its sequence number, canonical bytes and hash, as the application
+    writes them (actions.lib.audit), ready for the sealer."""
+    from actions.lib.audit import event_bytes
+    from actions.lib.canonical import sha256_hex
 
-    chained = []
-    for at, kind, actor, plan_id, fingerprint, data in events:
-        digest = event_hash(
-            prev_hash=prev_hash,
+    out = []
+    for seq, (at, kind, actor, plan_id, fingerprint, data) in zip(ids, events, strict=True):
+        body = event_bytes(
+            seq=seq,
             at=at.isoformat(),
             kind=kind,
             actor=actor,
@@ -191,15 +194,15 @@ def _chain(events: list[tuple], prev_hash: str) -> list[tuple]:
             fingerprint=fingerprint,
             data=data,
         )
-        chained.append((at, kind, actor, plan_id, fingerprint, data, prev_hash, digest))
-        prev_hash = digest
-    return chained
+        out.append(
+            (seq, at, kind, actor, plan_id, fingerprint, data, body.decode(), sha256_hex(body))
+        )
+    return out
 
 
 def _copy_chunk(batch: list[dict], events_per_plan: int) -> None:
     from django.db import connection, transaction
 
-    from actions.lib.audit import _AUDIT_LOCK_ID, GENESIS
     from actions.lib.models import AuditEvent
     from approvals.models import Plan
 
@@ -211,25 +214,31 @@ def _copy_chunk(batch: list[dict], events_per_plan: int) -> None:
                 copy.write_row([row[c] for c in columns])
         if not events_per_plan:
             return
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_AUDIT_LOCK_ID])
-        last = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first()
         events = [e for row in batch for e in _events_for(row, events_per_plan)]
-        chained = _chain(events, last or GENESIS)
         table = AuditEvent._meta.db_table
+        # Numbers drawn as the application draws them: the transaction id first (the
+        # sealer's rule for gaps, actions/lib/checkpoints.py).
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id'))"
+            " FROM (SELECT pg_current_xact_id() OFFSET 0) AS x, generate_series(1, %s)",
+            [table, len(events)],
+        )
+        ids = sorted(row[0] for row in cursor.fetchall())
         with raw.copy(
-            f"COPY {table} (at, kind, actor, plan_id, fingerprint, data, prev_hash, hash) "
-            "FROM STDIN"
+            f"COPY {table} (id, at, kind, actor, plan_id, fingerprint, data, prev_hash, body,"
+            " hash) FROM STDIN"
         ) as copy:
-            for at, kind, actor, plan_id, fingerprint, data, prev, digest in chained:
+            for seq, at, kind, actor, plan_id, fingerprint, data, body, digest in _numbered(
+                events, ids
+            ):
                 copy.write_row(
-                    [at, kind, actor, plan_id, fingerprint, json.dumps(data), prev, digest]
+                    [seq, at, kind, actor, plan_id, fingerprint, json.dumps(data), "", body, digest]
                 )
 
 
 def _bulk_chunk(batch: list[dict], events_per_plan: int) -> None:
     from django.db import transaction
 
-    from actions.lib.audit import GENESIS
     from actions.lib.models import AuditEvent
     from approvals.models import Plan
 
@@ -245,22 +254,25 @@ def _bulk_chunk(batch: list[dict], events_per_plan: int) -> None:
         Plan.objects.bulk_create(plans, batch_size=2000)
         if not events_per_plan:
             return
-        last = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first()
+        # SQLite: one writer at a time, so the next numbers are this transaction's.
+        last = AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
         events = [e for row in batch for e in _events_for(row, events_per_plan)]
+        ids = list(range(last + 1, last + 1 + len(events)))
         AuditEvent.objects.bulk_create(
             [
                 AuditEvent(
+                    id=seq,
                     at=at,
                     kind=kind,
                     actor=actor,
                     plan_id=plan_id,
                     fingerprint=fingerprint,
                     data=data,
-                    prev_hash=prev,
+                    body=body,
                     hash=digest,
                 )
-                for at, kind, actor, plan_id, fingerprint, data, prev, digest in _chain(
-                    events, last or GENESIS
+                for seq, at, kind, actor, plan_id, fingerprint, data, body, digest in _numbered(
+                    events, ids
                 )
             ],
             batch_size=2000,

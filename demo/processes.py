@@ -99,6 +99,9 @@ def base_env(db_url: str, broker_url: str, queue: str, public_key: str, extra=No
 
     env["COUNTERSIGN_SECRET_KEY"] = settings.SECRET_KEY
     env["COUNTERSIGN_FERNET_KEYS"] = ",".join(settings.COUNTERSIGN_FERNET_KEYS)
+    # Everyone may verify audit checkpoints; only a sealer is given the private key.
+    env["COUNTERSIGN_AUDIT_PUBLIC_KEY"] = settings.COUNTERSIGN_AUDIT_PUBLIC_KEY
+    env["COUNTERSIGN_AUDIT_ORIGIN"] = settings.COUNTERSIGN_AUDIT_ORIGIN
     env.update(extra or {})
     return env
 

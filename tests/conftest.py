@@ -16,6 +16,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
+from actions.lib.checkpoints import generate_signing_key
 from demo.upstream import DemoUpstream
 from executors.vault import generate_keypair
 
@@ -89,9 +90,30 @@ def worker_keys(tmp_path_factory) -> dict[str, str]:
     return {"private_file": str(path), "public": public}
 
 
+@pytest.fixture(scope="session")
+def audit_keys(tmp_path_factory) -> dict[str, str]:
+    """The audit signing key for this run: like the worker key, the test process gets the
+    public half only; tests that play the sealer opt in with ``sealer_key``."""
+    private, public = generate_signing_key()
+    path = tmp_path_factory.mktemp("keys") / "audit.key"
+    path.write_text(private)
+    path.chmod(0o600)
+    django_settings.COUNTERSIGN_AUDIT_PUBLIC_KEY = public
+    django_settings.COUNTERSIGN_AUDIT_KEY_FILE = ""
+    django_settings.COUNTERSIGN_AUDIT_EXPORT_FILE = ""
+    return {"private_file": str(path), "public": public}
+
+
 @pytest.fixture(autouse=True)
-def _keys(worker_keys):
+def _keys(worker_keys, audit_keys):
     yield
+
+
+@pytest.fixture
+def sealer_key(settings, audit_keys):
+    """Play the sealer in this process: give it the audit signing key."""
+    settings.COUNTERSIGN_AUDIT_KEY_FILE = audit_keys["private_file"]
+    return audit_keys["private_file"]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The embedded mode (`make run`: SQLite, no external services) runs a plan from
 proposal to effect with the same code: the catalog generation's SQLite triggers, the
-audit chain without PostgreSQL's advisory lock, the plain-SQL vault check and sending
+audit trail numbered by SQLite (no gaps) and sealed, the plain-SQL vault check and sending
 fence. Run in a subprocess, since this suite's own database is PostgreSQL."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from actions.catalog import load_catalog
 from demo.upstream import DemoUpstream
 from actions.models import Connector, Credential, VaultState
 from actions.services import agent_create, agent_revoke, agent_authenticate, credential_set
-from actions.lib.audit import audit_verify
+from actions.lib.checkpoints import audit_seal, audit_verify
 from approvals.services import approval_record, plan_submit
 from executors.services import execution_run
 
@@ -60,15 +60,16 @@ try:
     agent_revoke(name="a")
     out["revoked_token"] = agent_authenticate(token) is None
     out["email"] = upstream.state()["contacts"]["c-1001"]["email"]
-    checked, broken = audit_verify()
-    out["audit"] = broken is None and checked > 0
+    sealed = audit_seal()
+    report = audit_verify()
+    out["audit"] = report.ok and report.events == report.sealed == sealed["events"] > 0
 finally:
     upstream.stop()
 print(json.dumps(out))
 """
 
 
-def test_a_plan_runs_end_to_end_on_sqlite(tmp_path, worker_keys):
+def test_a_plan_runs_end_to_end_on_sqlite(tmp_path, worker_keys, audit_keys):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COUNTERSIGN_", "CELERY_"))}
     env.update(
         DJANGO_SETTINGS_MODULE="config.settings",
@@ -79,6 +80,8 @@ def test_a_plan_runs_end_to_end_on_sqlite(tmp_path, worker_keys):
         COUNTERSIGN_FERNET_KEYS=",".join(settings.COUNTERSIGN_FERNET_KEYS),
         COUNTERSIGN_WORKER_PUBLIC_KEY=worker_keys["public"],
         COUNTERSIGN_WORKER_KEY_FILE=worker_keys["private_file"],
+        COUNTERSIGN_AUDIT_PUBLIC_KEY=audit_keys["public"],
+        COUNTERSIGN_AUDIT_KEY_FILE=audit_keys["private_file"],
         COUNTERSIGN_RATE_LIMIT="",
     )
     out = subprocess.run(

@@ -1,7 +1,9 @@
-"""Writing the audit trail: append-only rows, each chained to the one before by hash."""
+"""Writing the audit trail: append-only rows, each with its canonical bytes and their hash,
+written concurrently; actions.lib.checkpoints links them afterwards."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db import connection, transaction
@@ -12,13 +14,29 @@ from actions.lib.canonical import canonical_bytes, sha256_hex
 from .models import AuditEvent
 
 GENESIS = "0" * 64
-# Any constant: the advisory lock that makes audit writers take turns on PostgreSQL.
-_AUDIT_LOCK_ID = 0x636F756E7465
+
+# The sequence behind AuditEvent.id on PostgreSQL, looked up once per process.
+_sequence: dict[str, str] = {}
 
 
 def event_hash(
     *, prev_hash: str, at: str, kind: str, actor: str, plan_id: str, fingerprint: str, data: Any
 ) -> str:
+    """The hash of a chained event (written before the Merkle tree; see event_entry)."""
+    return sha256_hex(
+        _chained_bytes(
+            prev_hash=prev_hash,
+            at=at,
+            kind=kind,
+            actor=actor,
+            plan_id=plan_id,
+            fingerprint=fingerprint,
+            data=data,
+        )
+    )
+
+
+def _chained_bytes(*, prev_hash, at, kind, actor, plan_id, fingerprint, data) -> bytes:
     body = {
         "prev": prev_hash,
         "at": at,
@@ -28,7 +46,92 @@ def event_hash(
         "fingerprint": fingerprint,
         "data": data,
     }
-    return sha256_hex(canonical_bytes(body))
+    return canonical_bytes(body)
+
+
+def event_bytes(*, seq: int, at: str, kind: str, actor: str, plan_id: str, fingerprint: str, data):
+    """An event's canonical bytes: what its hash covers and the tree's leaf holds.
+
+    The sequence number is inside, so an event moved to another position (two rows
+    swapped, a row copied into a gap) no longer matches its own bytes."""
+    return canonical_bytes(
+        {
+            "seq": seq,
+            "at": at,
+            "kind": kind,
+            "actor": actor,
+            "plan": plan_id,
+            "fingerprint": fingerprint,
+            "data": data,
+        }
+    )
+
+
+def event_entry(event: AuditEvent) -> bytes:
+    """The bytes the tree holds for ``event``, recomputed from its fields (never from the
+    stored ``body``: a field edited without the body must not go unnoticed)."""
+    fields = {
+        "at": event.at.isoformat(),
+        "kind": event.kind,
+        "actor": event.actor,
+        "plan_id": str(event.plan_id) if event.plan_id else "",
+        "fingerprint": event.fingerprint,
+        "data": event.data,
+    }
+    if not event.body and event.prev_hash:
+        return _chained_bytes(prev_hash=event.prev_hash, **fields)
+    return event_bytes(seq=event.id, **fields)
+
+
+def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
+    """Insert the event in one statement (one round trip); returns its number and bytes.
+
+    The transaction's id is assigned first, then the number drawn, in that order (the
+    CTEs are materialized one after the other): the sealer relies on every number being
+    drawn by a transaction that already has an id, so that once the transactions running
+    at some instant have ended, no event numbered below what was visible then can still
+    commit (actions.lib.checkpoints). The number is part of the bytes, so they are
+    completed in the statement: "seq" sorts last among the keys, so the canonical bytes
+    are those of the other fields with ``,"seq":<n>}`` in place of the closing brace, and
+    their SHA-256 is taken there too. Nothing else is computed in SQL (the time is this
+    process's, as before)."""
+    table = AuditEvent._meta.db_table
+    without_seq = canonical_bytes(
+        {
+            "at": fields["at"],
+            "kind": fields["kind"],
+            "actor": fields["actor"],
+            "plan": fields["plan_id"],
+            "fingerprint": fields["fingerprint"],
+            "data": fields["data"],
+        }
+    )
+    prefix = without_seq[:-1].decode() + ',"seq":'
+    with connection.cursor() as cursor:
+        if table not in _sequence:
+            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+            _sequence[table] = cursor.fetchone()[0]
+        cursor.execute(
+            "WITH x AS MATERIALIZED (SELECT pg_current_xact_id()),"
+            " n AS MATERIALIZED (SELECT nextval(%s) AS id FROM x),"
+            " b AS MATERIALIZED (SELECT n.id, %s::text || n.id::text || '}' AS body FROM n)"
+            f" INSERT INTO {connection.ops.quote_name(table)}"
+            " (id, at, kind, actor, plan_id, fingerprint, data, prev_hash, body, hash)"
+            " SELECT b.id, %s, %s, %s, %s::uuid, %s, %s::jsonb, '', b.body,"
+            " encode(sha256(convert_to(b.body, 'UTF8')), 'hex') FROM b RETURNING id",
+            [
+                _sequence[table],
+                prefix,
+                fields["at_value"],
+                fields["kind"],
+                fields["actor"],
+                fields["plan_id"] or None,
+                fields["fingerprint"],
+                json.dumps(fields["data"]),
+            ],
+        )
+        seq = cursor.fetchone()[0]
+    return seq, f"{prefix}{seq}}}"
 
 
 def audit_record(
@@ -36,46 +139,64 @@ def audit_record(
 ) -> AuditEvent:
     """Append one event. Must run inside the transaction of the change it records.
 
-    The writers are serialized until commit (advisory transaction lock on PostgreSQL;
-    SQLite runs one writer at a time anyway), so each event sees the true last hash.
+    No lock and no read of another event: the row gets its sequence number from the
+    database and is linked to the others later, once committed, by the sealer. On
+    SQLite the number is the next rowid, taken under SQLite's single writer lock.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit_record() must run inside the transaction it records")
-    table = connection.ops.quote_name(AuditEvent._meta.db_table)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # One round trip: the lock, then (a new statement, so a snapshot taken
-            # once the lock is held) the last hash.
-            cursor.execute(
-                f"SELECT pg_advisory_xact_lock({_AUDIT_LOCK_ID}); "
-                f"SELECT hash FROM {table} ORDER BY id DESC LIMIT 1"
-            )
-            cursor.nextset()
-        else:
-            cursor.execute(f"SELECT hash FROM {table} ORDER BY id DESC LIMIT 1")
-        row = cursor.fetchone()
-    prev_hash = row[0] if row else GENESIS
     at = timezone.now()
     data = data or {}
     fingerprint = plan.fingerprint if plan is not None else ""
-    digest = event_hash(
-        prev_hash=prev_hash,
-        at=at.isoformat(),
+    plan_id = str(plan.id) if plan is not None else ""
+    fields = {
+        "at_value": at,
+        "at": at.isoformat(),
+        "kind": kind,
+        "actor": actor,
+        "plan_id": plan_id,
+        "fingerprint": fingerprint,
+        "data": data,
+    }
+    if connection.vendor == "postgresql":
+        seq, body = _insert_postgresql(fields)
+        event = AuditEvent(
+            id=seq,
+            at=at,
+            kind=kind,
+            actor=actor,
+            plan=plan,
+            fingerprint=fingerprint,
+            data=data,
+            body=body,
+            hash=sha256_hex(body.encode()),
+        )
+        event._state.adding = False
+        event._state.db = connection.alias
+        return event
+    # SQLite: transactions begin IMMEDIATE (config/settings.py), so this one holds the
+    # only write lock from its start to its commit and the next number is ours (a
+    # rolled-back number is simply used again: no gaps on SQLite).
+    seq = (AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0) + 1
+    body = event_bytes(
+        seq=seq,
+        at=fields["at"],
         kind=kind,
         actor=actor,
-        plan_id=str(plan.id) if plan is not None else "",
+        plan_id=plan_id,
         fingerprint=fingerprint,
         data=data,
     )
     return AuditEvent.objects.create(
+        id=seq,
         at=at,
         kind=kind,
         actor=actor,
         plan=plan,
         fingerprint=fingerprint,
         data=data,
-        prev_hash=prev_hash,
-        hash=digest,
+        body=body.decode(),
+        hash=sha256_hex(body),
     )
 
 
@@ -101,24 +222,3 @@ def audit_kinds() -> list[str]:
             """
         )
         return [row[0] for row in cursor.fetchall()]
-
-
-def audit_verify() -> tuple[int, AuditEvent | None]:
-    """Walk the chain; return (events checked, first broken event or None)."""
-    prev_hash = GENESIS
-    checked = 0
-    for event in AuditEvent.objects.order_by("id").iterator(chunk_size=2000):
-        expected = event_hash(
-            prev_hash=prev_hash,
-            at=event.at.isoformat(),
-            kind=event.kind,
-            actor=event.actor,
-            plan_id=str(event.plan_id) if event.plan_id else "",
-            fingerprint=event.fingerprint,
-            data=event.data,
-        )
-        if event.prev_hash != prev_hash or event.hash != expected:
-            return checked, event
-        prev_hash = event.hash
-        checked += 1
-    return checked, None

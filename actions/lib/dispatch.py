@@ -24,6 +24,8 @@ EXECUTE_PLAN = "executors.execute_plan"
 RECONCILE = "executors.reconcile"
 FOLLOW_PENDING = "executors.follow_pending"
 SWEEP = "executors.sweep"
+SEAL_AUDIT = "executors.seal_audit"
+WITNESS_CHECKPOINT = "executors.witness_checkpoint"
 NOTIFY_PLAN = "approvals.notify_plan"
 DELIVER_WEBHOOK = "approvals.deliver_webhook"
 

@@ -6,11 +6,18 @@ from django.db import models
 
 
 class AuditEvent(models.Model):
-    """Append-only, hash-chained record of every decision and transition.
+    """Append-only record of every decision and transition.
 
-    Each row's ``hash`` covers its own content and the previous row's hash, so
-    editing or deleting a past row breaks every link after it. Writers are
-    serialized (see actions.lib.audit) so the chain has no forks.
+    Each row is written in the transaction of the change it records, with no lock and
+    no read of another row: ``id`` is the database's sequence, ``body`` the canonical
+    bytes of the event (its sequence number included) and ``hash`` their SHA-256. The
+    sealer (actions.lib.checkpoints) later integrates committed events, in sequence
+    order, into a Merkle tree and signs checkpoints of it; that is what makes an edit,
+    a deletion, a reordering or an insertion detectable.
+
+    Rows written before the tree (``body`` empty) were chained one to the next:
+    ``prev_hash`` and ``hash`` keep that chain, and their entry in the tree is the
+    chained form (see actions.lib.audit.event_entry).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -24,8 +31,9 @@ class AuditEvent(models.Model):
     )
     fingerprint = models.CharField(max_length=64, blank=True)
     data = models.JSONField(default=dict)
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64, unique=True)
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    body = models.TextField(blank=True, default="")
+    hash = models.CharField(max_length=64)
 
     class Meta:
         # The table keeps the name it had when the trail lived in approvals.
@@ -42,3 +50,50 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} by {self.actor}"
+
+
+class AuditCheckpoint(models.Model):
+    """A signed statement: the first ``tree_size`` events, up to event ``last_event_id``
+    in sequence order, have the Merkle root ``root_hash`` (RFC 9162).
+
+    Written only by the sealer, which holds the signing key; append-only like the events
+    (PostgreSQL trigger, migration lib/0002). ``previous_size`` is unique: a checkpoint
+    has at most one successor, so two sealers can never fork the log, whatever their
+    leases say. ``proof`` (consistency from the previous checkpoint) and ``frontier``
+    (the tree's right edge, for appending) are not signed: they are checked against
+    signed roots wherever they are used.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tree_size = models.BigIntegerField(unique=True)
+    previous_size = models.BigIntegerField(unique=True)
+    last_event_id = models.BigIntegerField()
+    root_hash = models.CharField(max_length=64)
+    at = models.DateTimeField()
+    origin = models.CharField(max_length=200)
+    key_id = models.CharField(max_length=16)
+    signature = models.CharField(max_length=100)
+    # The event numbers in (previous checkpoint's last_event_id, last_event_id] that no
+    # committed event has, as [first, last] ranges; signed (through their digest).
+    gaps = models.JSONField(default=list)
+    proof = models.JSONField(default=list)
+    frontier = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["tree_size"]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.tree_size}"
+
+
+class AuditSealerLease(models.Model):
+    """Who may seal now: one row, taken with a conditional UPDATE (actions.lib.checkpoints).
+    The lease keeps two sealers from doing the same work; the unique
+    ``AuditCheckpoint.previous_size`` is what keeps them from forking the log."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    holder = models.CharField(max_length=100, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder or 'free'}"

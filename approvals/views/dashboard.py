@@ -1,5 +1,6 @@
 """The dashboard: outcomes by class, time to decision, the busiest agents and actions,
-and whether the workers and the sweeper are alive."""
+whether the workers and the sweeper are alive, and how long audit events wait to be
+sealed."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.utils import formats, timezone
 from django.utils.translation import get_language, gettext, pgettext_lazy
 from django.views.decorators.http import require_GET
 
+from actions.lib.checkpoints import SEAL_STALE_SECONDS, audit_unsealed_age
 from actions.models import Action, ConsequenceClass
 from actions.text import localized
 
@@ -140,7 +142,11 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     top_agents = busiest(since, "agent__name")
     top_actions = _titled(busiest(since, "action__name"))
     machinery = heartbeat_status()
+    unsealed_age = audit_unsealed_age()
     context = {
+        "audit_unsealed": unsealed_age > 0,
+        "audit_age": _duration(unsealed_age),
+        "audit_stale": unsealed_age > SEAL_STALE_SECONDS,
         "days": DASHBOARD_DAYS,
         "sweeper_age": _duration(machinery["sweeper_age"]),
         "sweeper_ran": machinery["sweeper_age"] is not None,

@@ -3,16 +3,30 @@ tamper-evident audit trail."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
 import yaml
 from django.core.management import CommandError, call_command
+from django.db import transaction
 from django.utils import timezone
 
 from actions.catalog import load_catalog
-from actions.lib.audit import audit_verify
+from actions.lib.audit import audit_record, event_bytes
+from actions.lib.checkpoints import (
+    audit_seal,
+    audit_verify,
+    checkpoint_json,
+    checkpoint_note,
+    read_export,
+    signing_key,
+    verify_export,
+    verify_keys,
+)
 from actions.lib.exceptions import (
     ActionChanged,
     AlreadyDecided,
@@ -22,7 +36,7 @@ from actions.lib.exceptions import (
     NotAllowed,
     NotFound,
 )
-from actions.lib.models import AuditEvent
+from actions.lib.models import AuditCheckpoint, AuditEvent
 from approvals.lifecycle import plan_transition, plans_expire
 from approvals.models import TRANSITIONS, Approval, Plan, PlanStatus
 from approvals.services import approval_record, plan_cancel
@@ -375,26 +389,36 @@ def _a_whole_flow(make_plan, reviewer, second_reviewer, decide):
         decide(make_plan(), reviewer, fingerprint="f" * 64)
 
 
-def test_the_audit_chain_verifies_after_a_flow(make_plan, reviewer, second_reviewer, decide):
+def _problems() -> list[str]:
+    return [str(p) for p in audit_verify().problems]
+
+
+def test_the_audit_trail_verifies_after_a_flow(
+    make_plan, reviewer, second_reviewer, decide, sealer_key
+):
     _a_whole_flow(make_plan, reviewer, second_reviewer, decide)
-    checked, broken = audit_verify()
-    assert broken is None
-    assert checked == AuditEvent.objects.count() > 8
+    report = audit_verify()
+    assert report.ok and report.unsealed == report.events == AuditEvent.objects.count() > 8
+    sealed = audit_seal()
+    assert sealed["events"] == report.events
+    report = audit_verify()
+    assert report.ok and report.sealed == report.events and report.unsealed == 0
     call_command("verify_audit")
 
 
-def test_every_event_links_to_the_one_before(make_plan, reviewer, second_reviewer, decide):
-    _a_whole_flow(make_plan, reviewer, second_reviewer, decide)
-    events = list(AuditEvent.objects.order_by("id"))
-    assert events[0].prev_hash == "0" * 64
-    for before, after in zip(events, events[1:], strict=False):
-        assert after.prev_hash == before.hash
+def test_every_event_carries_its_own_bytes_and_number(make_plan, reviewer, decide):
+    decide(make_plan(), reviewer)
+    for event in AuditEvent.objects.order_by("id"):
+        assert json.loads(event.body)["seq"] == event.id
+        assert hashlib.sha256(event.body.encode()).hexdigest() == event.hash
+        assert event.prev_hash == ""
 
 
 @contextmanager
-def tampering_as_owner():
+def tampering_as_owner(table: str = "approvals_auditevent"):
     """An attacker with the table owner's rights: the append-only trigger (PostgreSQL)
-    is switched off, so what is left to catch the forgery is the hash chain."""
+    is switched off, so what is left to catch the forgery is the tree and its signed
+    checkpoints."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
@@ -405,7 +429,7 @@ def tampering_as_owner():
         with connection.cursor() as cursor:
             # ALTER TABLE refuses while deferred FK checks are pending: run them now.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-            cursor.execute(f"ALTER TABLE approvals_auditevent {action} TRIGGER USER")
+            cursor.execute(f"ALTER TABLE {table} {action} TRIGGER USER")
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
 
     alter("DISABLE")
@@ -415,58 +439,240 @@ def tampering_as_owner():
         alter("ENABLE")
 
 
-def test_editing_an_event_is_detected(make_plan, reviewer, second_reviewer, decide):
+@pytest.fixture
+def sealed_flow(make_plan, reviewer, second_reviewer, decide, sealer_key, settings):
+    """A flow sealed in two checkpoints, so tampering has a checkpoint before and after."""
+    settings.COUNTERSIGN_SEAL_BATCH = 6
     _a_whole_flow(make_plan, reviewer, second_reviewer, decide)
-    target = AuditEvent.objects.filter(kind="plan.denied").get()
+    audit_seal()
+    assert AuditCheckpoint.objects.count() >= 2 and audit_verify().ok
+    return list(AuditEvent.objects.order_by("id"))
+
+
+def _sql(statement: str, params=()) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+
+
+def test_editing_an_event_is_detected_at_its_position(sealed_flow):
+    target = next(e for e in sealed_flow if e.kind == "plan.denied")
+    position = sealed_flow.index(target)
     with tampering_as_owner():
-        AuditEvent.objects.filter(pk=target.pk).update(
-            data={"from": "awaiting_approval", "to": "approved"}
+        _sql(
+            "UPDATE approvals_auditevent SET data = %s WHERE id = %s",
+            ['{"from": "awaiting_approval", "to": "approved"}', target.id],
         )
-    _, broken = audit_verify()
-    assert broken is not None and broken.pk == target.pk
-    with pytest.raises(CommandError, match=f"broken at event {target.pk}"):
+    assert _problems() == [
+        f"position {position}, event {target.id}: its fields differ from its bytes: edited"
+    ]
+    with pytest.raises(CommandError, match="NOT intact: 1 problems"):
         call_command("verify_audit")
 
 
-@pytest.mark.parametrize("field", ["actor", "kind", "fingerprint"])
-def test_editing_any_field_is_detected(make_plan, reviewer, decide, field):
-    plan = make_plan()
-    decide(plan, reviewer)
-    target = AuditEvent.objects.get(kind="approval.recorded")
+@pytest.mark.parametrize("field", ["actor", "kind", "fingerprint", "at"])
+def test_editing_any_field_is_detected(sealed_flow, field):
+    target = sealed_flow[2]
+    value = "2001-01-01T00:00:00+00:00" if field == "at" else "forged"
     with tampering_as_owner():
-        AuditEvent.objects.filter(pk=target.pk).update(**{field: "forged"})
-    assert audit_verify()[1].pk == target.pk
+        _sql(f"UPDATE approvals_auditevent SET {field} = %s WHERE id = %s", [value, target.id])
+    assert _problems() == [
+        f"position 2, event {target.id}: its fields differ from its bytes: edited"
+    ]
 
 
-def test_deleting_an_event_is_detected(make_plan, reviewer, second_reviewer, decide):
-    _a_whole_flow(make_plan, reviewer, second_reviewer, decide)
-    events = list(AuditEvent.objects.order_by("id"))
-    victim = events[len(events) // 2]
+def test_deleting_an_event_is_detected_at_its_position(sealed_flow):
+    victim = sealed_flow[len(sealed_flow) // 2]
     with tampering_as_owner():
-        AuditEvent.objects.filter(pk=victim.pk).delete()
-    _, broken = audit_verify()
-    assert broken is not None and broken.pk == events[len(events) // 2 + 1].pk
-    with pytest.raises(CommandError):
-        call_command("verify_audit")
+        _sql("DELETE FROM approvals_auditevent WHERE id = %s", [victim.id])
+    problems = _problems()
+    assert problems[0] == (
+        f"position {len(sealed_flow) // 2}, event {victim.id}: missing: deleted after it was sealed"
+    )
+    assert all("missing" in p or "do not give" in p for p in problems), problems
 
 
-def test_rehashing_one_event_still_breaks_the_next(make_plan, reviewer, second_reviewer, decide):
-    """A forger who recomputes the edited row's own hash breaks the following link."""
-    from actions.lib.audit import event_hash
+def test_deleting_the_newest_sealed_events_is_detected(sealed_flow):
+    last = sealed_flow[-1]
+    with tampering_as_owner():
+        _sql("DELETE FROM approvals_auditevent WHERE id = %s", [last.id])
+    assert f"event {last.id}: missing: deleted after it was sealed" in " ".join(_problems())
 
-    _a_whole_flow(make_plan, reviewer, second_reviewer, decide)
-    events = list(AuditEvent.objects.order_by("id"))
-    target = events[3]
-    data = {**target.data, "forged": True}
-    new_hash = event_hash(
-        prev_hash=target.prev_hash,
-        at=target.at.isoformat(),
-        kind=target.kind,
-        actor=target.actor,
-        plan_id=str(target.plan_id or ""),
-        fingerprint=target.fingerprint,
-        data=data,
+
+def test_swapping_two_events_is_detected_at_both_positions(sealed_flow):
+    a, b = sealed_flow[1], sealed_flow[4]
+    columns = "at, kind, actor, plan_id, fingerprint, data, prev_hash, body, hash"
+    with tampering_as_owner():
+        _sql(
+            f"UPDATE approvals_auditevent AS e SET ({columns}) = "
+            f"(SELECT {columns} FROM approvals_auditevent o WHERE o.id = "
+            f"CASE e.id WHEN %s THEN %s ELSE %s END) WHERE e.id IN (%s, %s)",
+            [a.id, b.id, a.id, a.id, b.id],
+        )
+    assert _problems() == [
+        f"position 1, event {a.id}: its bytes name event {b.id}: moved or copied here",
+        f"position 4, event {b.id}: its bytes name event {a.id}: moved or copied here",
+    ]
+
+
+def test_a_forged_event_in_an_unused_number_is_detected(db, reviewer, sealer_key):
+    """A number rolled back before sealing is recorded as unused: an event that appears
+    there later, bytes and hash forged to match, was inserted."""
+    with transaction.atomic():
+        audit_record(kind="test.one", actor="tester")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        audit_record(kind="test.rolled_back", actor="tester")
+        raise RuntimeError
+    with transaction.atomic():
+        audit_record(kind="test.two", actor="tester")
+    audit_seal()
+    one, two = AuditEvent.objects.order_by("id")
+    assert two.id == one.id + 2
+    (checkpoint,) = AuditCheckpoint.objects.all()
+    assert [one.id + 1, one.id + 1] in checkpoint.gaps
+    assert audit_verify().ok
+    forged_id = one.id + 1
+    body = event_bytes(
+        seq=forged_id,
+        at=one.at.isoformat(),
+        kind="approval.recorded",
+        actor=f"user:{reviewer.username}",
+        plan_id="",
+        fingerprint="",
+        data={},
+    )
+    AuditEvent.objects.create(
+        id=forged_id,
+        at=one.at,
+        kind="approval.recorded",
+        actor=f"user:{reviewer.username}",
+        body=body.decode(),
+        hash=hashlib.sha256(body).hexdigest(),
+    )
+    assert _problems() == [
+        f"position 1, event {forged_id}: "
+        "inserted: its number was recorded as unused when it was sealed"
+    ]
+
+
+def test_a_consistent_rewrite_is_caught_by_the_checkpoint(sealed_flow):
+    """A forger who rewrites an event's fields, bytes and hash alike still changes the
+    tree: the checkpoint covering it no longer verifies."""
+    target = sealed_flow[2]
+    body = json.loads(target.body)
+    body["data"] = {**body["data"], "forged": True}
+    forged = event_bytes(
+        seq=target.id,
+        at=body["at"],
+        kind=body["kind"],
+        actor=body["actor"],
+        plan_id=body["plan"],
+        fingerprint=body["fingerprint"],
+        data=body["data"],
     )
     with tampering_as_owner():
-        AuditEvent.objects.filter(pk=target.pk).update(data=data, hash=new_hash)
-    assert audit_verify()[1].pk == events[4].pk
+        _sql(
+            "UPDATE approvals_auditevent SET data = %s, body = %s, hash = %s WHERE id = %s",
+            [
+                json.dumps(body["data"]),
+                forged.decode(),
+                hashlib.sha256(forged).hexdigest(),
+                target.id,
+            ],
+        )
+    first = AuditCheckpoint.objects.order_by("tree_size").first()
+    assert _problems() == [
+        f"the events from position 0 to {first.tree_size - 1} do not give checkpoint "
+        f"{first.tree_size}'s root: one of them was rewritten"
+    ]
+
+
+def test_a_checkpoint_with_a_bad_signature_is_reported(sealed_flow):
+    first = AuditCheckpoint.objects.order_by("tree_size").first()
+    with tampering_as_owner("lib_auditcheckpoint"):
+        _sql(
+            "UPDATE lib_auditcheckpoint SET at = at + interval '1 second' WHERE id = %s",
+            [first.id],
+        )
+    assert f"checkpoint {first.tree_size}: the signature does not verify" in _problems()
+
+
+def test_a_checkpoint_inconsistent_with_the_one_before_is_reported(sealed_flow, sealer_key):
+    """Even signed by the right key, a checkpoint whose root does not extend the previous
+    one (the history before it was rewritten and sealed again) is reported."""
+    first, second = AuditCheckpoint.objects.order_by("tree_size")[:2]
+    forged_root = "ab" * 32
+    cp = checkpoint_json(second)
+    cp["root_hash"] = forged_root
+    signature = base64.b64encode(signing_key().sign(checkpoint_note(cp)).signature).decode()
+    with tampering_as_owner("lib_auditcheckpoint"):
+        _sql(
+            "UPDATE lib_auditcheckpoint SET root_hash = %s, signature = %s WHERE id = %s",
+            [forged_root, signature, second.id],
+        )
+    problems = _problems()
+    assert (
+        f"checkpoint {second.tree_size}: not consistent with checkpoint {first.tree_size} "
+        "(the log before it was rewritten)"
+    ) in problems
+
+
+def test_rewriting_events_and_checkpoints_together_is_caught_by_the_copy(
+    sealed_flow, tmp_path, settings
+):
+    """The database's owner rewrites an event, removes the checkpoints and lets the
+    sealer sign the rewritten history again: the database alone now verifies, the copy
+    of the checkpoints exported before does not agree with it."""
+    export = tmp_path / "checkpoints.jsonl"
+    call_command("verify_audit", "--export", str(export))
+    assert verify_export(export, verify_keys()).ok
+    target = sealed_flow[1]
+    body = json.loads(target.body)
+    forged = event_bytes(
+        seq=target.id,
+        at=body["at"],
+        kind=body["kind"],
+        actor="user:someone-else",
+        plan_id=body["plan"],
+        fingerprint=body["fingerprint"],
+        data=body["data"],
+    )
+    with tampering_as_owner(), tampering_as_owner("lib_auditcheckpoint"):
+        _sql(
+            "UPDATE approvals_auditevent SET actor = %s, body = %s, hash = %s WHERE id = %s",
+            ["user:someone-else", forged.decode(), hashlib.sha256(forged).hexdigest(), target.id],
+        )
+        _sql("DELETE FROM lib_auditcheckpoint")
+    audit_seal()
+    assert audit_verify().ok  # the database agrees with itself
+    problems = [str(p) for p in audit_verify(copy=read_export(export)).problems]
+    first = read_export(export)[0]["tree_size"]
+    assert f"checkpoint {first} differs from the copy (rewritten in the database)" in problems
+    with pytest.raises(CommandError, match="NOT intact"):
+        call_command("verify_audit", "--copy", str(export))
+
+
+def test_an_export_verifies_offline_and_its_tampering_is_reported(sealed_flow, tmp_path):
+    export = tmp_path / "checkpoints.jsonl"
+    call_command("verify_audit", "--export", str(export))
+    call_command("verify_audit", "--offline", str(export))
+    lines = export.read_text().splitlines()
+    assert len(lines) >= 2
+    first = json.loads(lines[0])
+    second = json.loads(lines[1])
+
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("\n".join([json.dumps({**first, "root_hash": "00" * 32}), *lines[1:]]))
+    problems = [str(p) for p in verify_export(edited, verify_keys()).problems]
+    assert f"checkpoint {first['tree_size']}: the signature does not verify" in problems
+
+    removed = tmp_path / "removed.jsonl"
+    removed.write_text("\n".join(lines[1:]))
+    problems = [str(p) for p in verify_export(removed, verify_keys()).problems]
+    assert problems == [
+        f"checkpoint {second['tree_size']}: extends size {first['tree_size']}, "
+        "but the checkpoint before it has size 0 (one is missing)"
+    ]
+    with pytest.raises(CommandError, match="NOT intact"):
+        call_command("verify_audit", "--offline", str(removed))

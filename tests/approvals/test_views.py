@@ -669,6 +669,30 @@ def test_dashboard_counts_outcomes_decision_times_and_top_agents(rita, make_plan
     assert waiting.id  # still awaiting
 
 
+def test_dashboard_says_how_long_audit_events_wait_to_be_sealed(rita, make_plan, sealer_key):
+    from actions.lib.checkpoints import audit_seal
+
+    def line():
+        found = re.search(r'data-testid="audit-seal"([^>]*)>(.*?)</p>', _dashboard(rita), re.S)
+        return found.group(1), " ".join(found.group(2).split())
+
+    make_plan()
+    attributes, text = line()
+    assert text.startswith("The oldest audit event not yet sealed was written")
+    assert "role=" not in attributes
+    audit_seal()
+    assert line()[1] == "Every audit event is sealed"
+    # Nothing sealed for longer than a sealer ever takes: the alarm.
+    AuditEvent.objects.create(at=timezone.now() - timedelta(seconds=90), kind="k", actor="a")
+    attributes, text = line()
+    assert 'role="alert"' in attributes and "written 90 s ago" in text
+    assert "Is a worker with the audit signing key running?" in text
+
+
+def _dashboard(client) -> str:
+    return client.get("/plans/dashboard/").content.decode()
+
+
 def test_every_settled_state_is_in_one_dashboard_outcome_group():
     groups = [statuses for _, statuses in OUTCOME_GROUPS.values()]
     counted = [s for statuses in groups for s in statuses]
