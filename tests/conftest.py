@@ -238,7 +238,17 @@ def make_plan(agent):
 
 
 @pytest.fixture(scope="session")
-def live_env(django_db_setup, django_db_blocker, worker_keys):
+def sso_port() -> int:
+    """The port of the web server that signs people in with the test OpenID provider and
+    asks for passkeys (tests/e2e/conftest.py: sso_web), chosen early: the worker checks
+    signed approvals against that origin."""
+    from demo.processes import free_port
+
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def live_env(django_db_setup, django_db_blocker, worker_keys, sso_port):
     """Environment for subprocesses: the test database, Redis, a queue of our own."""
     from django.db import connection
 
@@ -250,6 +260,10 @@ def live_env(django_db_setup, django_db_blocker, worker_keys):
         django_settings.CELERY_BROKER_URL,
         queue,
         worker_keys["public"],
+        extra={
+            "COUNTERSIGN_WEBAUTHN_RP_ID": "localhost",
+            "COUNTERSIGN_WEBAUTHN_ORIGINS": f"http://localhost:{sso_port}",
+        },
     )
 
 
