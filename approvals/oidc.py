@@ -31,7 +31,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth import logout as auth_logout
 from django.core.exceptions import SuspiciousOperation
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render, resolve_url
 from django.urls import reverse
 from django.utils import timezone
@@ -39,10 +39,11 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import gettext_noop
 from django.views.decorators.http import require_POST
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
-from mozilla_django_oidc.views import OIDCAuthenticationCallbackView
+from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from actions.lib.actors import SYSTEM
 from actions.lib.audit import audit_record
+from actions.lib.exceptions import CountersignError
 
 from .models import OidcIdentity
 from .services import reviewers_group_ensure
@@ -86,6 +87,7 @@ REASONS = [
     gettext_noop("the identity provider refused the sign-in"),
     gettext_noop("this sign-in was not started here, or it was already used"),
     gettext_noop("the sign-in's state does not match the one this browser was given"),
+    gettext_noop("the reviewers group cannot be used"),
 ]
 
 
@@ -153,6 +155,15 @@ class ReviewerOIDCBackend(OIDCAuthenticationBackend):
         return {**payload, **claims}
 
     def get_or_create_user(self, access_token, id_token, payload):
+        # mozilla-django-oidc turns a refusal from here into "no user": the reason is
+        # kept on the request for the page.
+        try:
+            return self._user_for(access_token, id_token, payload)
+        except SignInRefused as exc:
+            self.request.countersign_refusal = str(exc)
+            raise
+
+    def _user_for(self, access_token, id_token, payload):
         claims = self.get_userinfo(access_token, id_token, payload)
         issuer, subject = payload["iss"], payload["sub"]
         reviewer = bool(_groups(claims) & set(settings.COUNTERSIGN_OIDC_REVIEWER_GROUPS))
@@ -170,7 +181,10 @@ class ReviewerOIDCBackend(OIDCAuthenticationBackend):
             user = identity.user
             if not user.is_active:
                 return None
-            group, _made = reviewers_group_ensure()
+            try:
+                group, _made = reviewers_group_ensure()
+            except CountersignError:
+                raise SignInRefused("the reviewers group cannot be used") from None
             was = user.groups.filter(pk=group.pk).exists()
             if reviewer and not was:
                 user.groups.add(group)
@@ -226,7 +240,7 @@ class CallbackView(OIDCAuthenticationCallbackView):
             return _refused(request, _library_reason(str(exc)))
 
     def login_failure(self):
-        reason = "the sign-in did not complete"
+        reason = getattr(self.request, "countersign_refusal", "the sign-in did not complete")
         if self.request.GET.get("error"):
             reason = "the identity provider refused the sign-in"
         elif "oidc_states" not in self.request.session:
@@ -251,6 +265,19 @@ def _refused(request: HttpRequest, reason: str) -> HttpResponse:
         {"reason": reason, "title": REFUSED_TITLE},
         status=400,
     )
+
+
+def start(request: HttpRequest) -> HttpResponse:
+    """To the provider, with a fresh state, nonce and PKCE challenge."""
+    if not settings.COUNTERSIGN_OIDC:
+        raise Http404("single sign-on is not configured")
+    return OIDCAuthenticationRequestView.as_view()(request)
+
+
+def callback(request: HttpRequest) -> HttpResponse:
+    if not settings.COUNTERSIGN_OIDC:
+        raise Http404("single sign-on is not configured")
+    return CallbackView.as_view()(request)
 
 
 # --- signing out ---------------------------------------------------------------------------

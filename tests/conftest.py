@@ -19,6 +19,7 @@ from django.contrib.auth.models import Permission
 from actions.lib.checkpoints import generate_signing_key
 from demo.upstream import DemoUpstream
 from executors.vault import generate_keypair
+from tests.oidc.support import CLIENT_SECRET as OIDC_CLIENT_SECRET
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CATALOG = ROOT / "demo" / "catalog.yaml"
@@ -329,6 +330,7 @@ def known_secrets(tokens=()) -> list[tuple[str, str]]:
         (READ_TOKEN, "the upstream read token"),
         (WRITE_TOKEN, "the upstream write token"),
         (OAUTH_CLIENT_SECRET, "the OAuth2 client secret"),
+        (OIDC_CLIENT_SECRET, "the OpenID Connect client secret"),
         *((token, "an OAuth2 access token") for token in tokens),
     ]
 

@@ -248,10 +248,10 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
             "typed_confirmation": needs_typed_confirmation(plan),
             "confirmation_words": confirmation_words(plan),
             "editable": decidable and plan.kind != "delete",
-            "signed_approval": plan_needs_signature(plan),
-            "has_passkey": Passkey.objects.filter(
-                user=request.user, revoked_at__isnull=True
-            ).exists(),
+            "signed_approval": (signed := plan_needs_signature(plan)),
+            # Asked only where it matters: most plans need no signature.
+            "has_passkey": signed
+            and Passkey.objects.filter(user=request.user, revoked_at__isnull=True).exists(),
         }
     )
     return render(request, "approvals/plan_detail.html", context)
