@@ -210,20 +210,31 @@ def approval_signing_options(*, plan: Plan, user) -> dict[str, Any]:
     return {"nonce": nonce, "options": json.loads(options_to_json(options))}
 
 
-def approval_signature_verify(*, plan: Plan, reviewer, assertion: Any, nonce: str) -> dict:
-    """Check a signed approval as it arrives; returns what to store with the approval, or
-    raises SignatureRefused (the caller audits it). Runs under the plan's row lock."""
+def approval_nonce_take(nonce: str) -> dict | None:
+    """What a signing nonce was issued for, and the nonce spent (only one caller gets it).
+    Called before the decision's transaction: no cache I/O under the plan's row lock."""
+    if not nonce:
+        return None
+    key = _nonce_key(nonce)
+    issued = cache.get(key)
+    return issued if issued and cache.delete(key) else None
+
+
+def approval_signature_verify(
+    *, plan: Plan, reviewer, assertion: Any, nonce: str, issued: dict | None
+) -> dict:
+    """Check a signed approval as it arrives (``issued``: what approval_nonce_take found
+    for ``nonce``); returns what to store with the approval, or raises SignatureRefused
+    (the caller audits it). Runs under the plan's row lock."""
     if not isinstance(assertion, dict) or not nonce:
         raise SignatureRefused(
             "this approval must be signed with a passkey, which needs JavaScript in the browser"
         )
-    issued = cache.get(_nonce_key(nonce))
     if (
         not issued
         or issued.get("plan") != str(plan.id)
         or issued.get("user") != reviewer.pk
         or issued.get("fingerprint") != plan.fingerprint
-        or not cache.delete(_nonce_key(nonce))
     ):
         raise SignatureRefused("the signing request is unknown, expired, used, or for another plan")
     credential_id = str(assertion.get("id", ""))

@@ -51,7 +51,12 @@ from .grants import grant_approve, grant_match
 from .lifecycle import plan_transition
 from .models import Approval, IdempotencyRecord, Plan, PlanStatus
 from .notifications import notifications_wanted, notify_awaiting
-from .passkeys import SignatureRefused, approval_signature_verify, plan_needs_signature
+from .passkeys import (
+    SignatureRefused,
+    approval_nonce_take,
+    approval_signature_verify,
+    plan_needs_signature,
+)
 from .permissions import can_review
 
 log = logging.getLogger(__name__)
@@ -589,6 +594,8 @@ def approval_record(
     comment = (comment or "")[:2000]
     failure: Exception | None = None
     signed: dict | Exception = {}
+    # Spent now, whatever happens next: a signing request is good for one attempt.
+    issued = approval_nonce_take(nonce) if decision == Approval.Decision.APPROVE else None
     now = timezone.now()
     with transaction.atomic():
         plan = (
@@ -649,7 +656,7 @@ def approval_record(
                 "you registered this agent: another reviewer must approve its irreversible plans"
             )
         elif decision == Approval.Decision.APPROVE and isinstance(
-            signed := _signature_or_refusal(plan, reviewer, assertion, nonce), Exception
+            signed := _signature_or_refusal(plan, reviewer, assertion, nonce, issued), Exception
         ):
             failure = signed
         else:
@@ -707,14 +714,14 @@ def approval_record(
     return plan
 
 
-def _signature_or_refusal(plan: Plan, reviewer, assertion, nonce) -> dict | Exception:
+def _signature_or_refusal(plan: Plan, reviewer, assertion, nonce, issued) -> dict | Exception:
     """For a plan whose approvals must be signed: the verified signature to store with
     the approval, or the refusal (audited); an empty dict when none is needed."""
     if not plan_needs_signature(plan):
         return {}
     try:
         return approval_signature_verify(
-            plan=plan, reviewer=reviewer, assertion=assertion, nonce=nonce
+            plan=plan, reviewer=reviewer, assertion=assertion, nonce=nonce, issued=issued
         )
     except SignatureRefused as exc:
         audit_record(

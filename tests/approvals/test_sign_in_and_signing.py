@@ -137,3 +137,52 @@ def test_the_worker_check_names_an_unsigned_row(signed_catalog, make_plan, revie
         expires_at=timezone.now() + timedelta(minutes=5),
     )
     assert "not signed with a passkey" in plan_signature_problem(plan)
+
+
+def test_the_admin_lists_passkeys_per_user_and_revokes_them(client, reviewer, second_reviewer):
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import Passkey
+
+    admin = get_user_model().objects.create_superuser("root", "root@example.test", "pw-root-1")
+    mine = Passkey.objects.create(
+        user=reviewer, name="rita's key", credential_id="AAAA", public_key=b"k"
+    )
+    other = Passkey.objects.create(
+        user=second_reviewer, name="sam's key", credential_id="BBBB", public_key=b"k"
+    )
+    client.force_login(admin)
+    page = client.get(
+        "/admin/approvals/passkey/", {"user__id__exact": reviewer.pk}
+    ).content.decode()
+    assert "rita&#x27;s key" in page and "sam&#x27;s key" not in page
+    response = client.post(
+        "/admin/approvals/passkey/",
+        {"action": "revoke", "_selected_action": [str(mine.pk)]},
+    )
+    assert response.status_code == 302
+    mine.refresh_from_db()
+    other.refresh_from_db()
+    assert mine.revoked_at is not None and other.revoked_at is None
+    event = AuditEvent.objects.get(kind="passkey.revoked")
+    assert event.actor == "user:root" and event.data["owner"] == "rita"
+    # The public key is never shown, and nothing can be added or deleted by hand.
+    detail = client.get(f"/admin/approvals/passkey/{mine.pk}/change/").content.decode()
+    assert "public_key" not in detail
+    assert client.get("/admin/approvals/passkey/add/").status_code == 403
+
+
+def test_a_reviewer_revokes_their_own_passkey_only(client, reviewer, second_reviewer):
+    from approvals.models import Passkey
+
+    mine = Passkey.objects.create(user=reviewer, name="mine", credential_id="CCCC", public_key=b"k")
+    theirs = Passkey.objects.create(
+        user=second_reviewer, name="theirs", credential_id="DDDD", public_key=b"k"
+    )
+    client.force_login(reviewer)
+    assert "mine" in client.get("/plans/passkeys/").content.decode()
+    client.post(f"/plans/passkeys/{theirs.pk}/revoke")
+    client.post(f"/plans/passkeys/{mine.pk}/revoke")
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert mine.revoked_at is not None and theirs.revoked_at is None

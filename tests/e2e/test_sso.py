@@ -129,10 +129,16 @@ def test_every_untrustworthy_answer_is_refused_and_nothing_is_decided(chromium, 
     plan = agent_api.propose()
     endpoint = sso["token_endpoint"]
     seen: dict[str, str] = {}
-    for mode, reason in REFUSALS.items():
+    # One browser throughout: after the first round the provider remembers Ray and his
+    # consent, and sends him straight back; Countersign's side starts afresh every time.
+    page = sso_page(chromium, sso)
+    for n, (mode, reason) in enumerate(REFUSALS.items()):
         endpoint.mode = mode
-        page = sso_page(chromium, sso)
-        sign_in_at_provider(page, "ray-sso")
+        if n == 0:
+            sign_in_at_provider(page, "ray-sso")
+        else:
+            page.goto("/accounts/login/")
+            page.get_by_test_id("sso-sign-in").click()
         page.wait_for_url(f"{sso['url']}/accounts/oidc/callback/**")
         refused = page.get_by_test_id("sign-in-refused")
         assert refused.is_visible(), mode
@@ -140,12 +146,11 @@ def test_every_untrustworthy_answer_is_refused_and_nothing_is_decided(chromium, 
         seen[mode] = page.locator("main").inner_text()
         assert reason in seen[mode], (mode, seen[mode])
         assert page.goto("/plans/").url.startswith(f"{sso['url']}/accounts/login/")
-        page.context.close()
     # A valid token re-signed the same way is accepted: the refusals above are the claim
     # checks', not a distrust of the endpoint's key.
     endpoint.mode = "resign"
-    page = sso_page(chromium, sso)
-    sign_in_at_provider(page, "ray-sso")
+    page.goto("/accounts/login/")
+    page.get_by_test_id("sso-sign-in").click()
     page.wait_for_url(f"{sso['url']}/plans/")
     page.context.close()
     endpoint.mode = "relay"
