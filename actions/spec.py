@@ -156,6 +156,8 @@ class ApprovalSpec:
     # "per_call", or "none": a plain observation read an admin lets run at once (still
     # recorded, rate-limited and fingerprinted; the loader allows it for nothing else).
     mode: str = "per_call"
+    # Approvals must be WebAuthn assertions over the plan's fingerprint (approvals/passkeys.py).
+    signed: bool = False
 
 
 @dataclass(frozen=True)
@@ -279,11 +281,15 @@ class ActionSpec:
             plan_ttl=int(a.get("plan_ttl", settings.COUNTERSIGN_PLAN_TTL_SECONDS)),
             # Never for external or irreversible actions, nor for a sensitive read,
             # whatever the file says (the loader refuses it too).
+            # Nor for an action whose approvals must be signed: a grant signs nothing.
             session_grant=bool(a.get("session_grant", defaults["session_grant"]))
+            and not a.get("signed", cls_name in settings.COUNTERSIGN_SIGNED_APPROVAL_CLASSES)
             and cls_name in ("observation", "reversible")
             and not sensitive
             and mode == "per_call",
             mode=mode,
+            signed=mode == "per_call"
+            and bool(a.get("signed", cls_name in settings.COUNTERSIGN_SIGNED_APPROVAL_CLASSES)),
         )
         result = tuple(
             ResultField(

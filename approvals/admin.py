@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
 from actions.lib.models import AuditEvent
 
-from .models import NotificationTarget, Plan, SessionGrant
+from .models import NotificationTarget, OidcIdentity, Passkey, Plan, SessionGrant
+from .passkeys import passkey_revoke
 
 
 @admin.register(Plan)
@@ -112,3 +114,50 @@ class NotificationTargetAdmin(admin.ModelAdmin):
     list_display = ["group", "kind", "address", "enabled", "created_at"]
     list_filter = ["kind", "enabled"]
     list_select_related = ["group"]
+
+
+@admin.register(Passkey)
+class PasskeyAdmin(admin.ModelAdmin):
+    """Every reviewer's passkeys. Revoked, never deleted: the approvals a passkey signed
+    stay verifiable (manage.py verify_signed_approvals), and it signs nothing more."""
+
+    list_display = ["name", "user", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "user"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "name"]
+    readonly_fields = [
+        "user",
+        "name",
+        "credential_id",
+        "sign_count",
+        "transports",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    exclude = ["public_key"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description=_("Revoke the selected passkeys"))
+    def revoke(self, request, queryset):
+        for passkey in queryset.filter(revoked_at__isnull=True):
+            passkey_revoke(passkey_id=passkey.id, actor_user=request.user, by_admin=True)
+        self.message_user(request, _("Revoked."))
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(admin.ModelAdmin):
+    """Which identity-provider account each single-sign-on user is."""
+
+    list_display = ["user", "subject", "issuer", "created_at", "last_login_at"]
+    search_fields = ["user__username", "subject"]
+    readonly_fields = ["user", "issuer", "subject", "created_at", "last_login_at"]
+
+    def has_add_permission(self, request):
+        return False

@@ -270,6 +270,7 @@ def action_out(action: Action) -> dict[str, Any]:
             "plan_ttl_seconds": spec.approval.plan_ttl,
             # A reviewer's session grant may approve this action's plans (approvals.grants).
             "session_grant_eligible": spec.approval.session_grant and spec.approval.approvers == 1,
+            "signed": spec.approval.signed,
         },
         "annotations": action_hints(action),
         "result": [{"name": f.name, "type": f.type} for f in spec.result],

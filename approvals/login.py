@@ -13,9 +13,11 @@ import hashlib
 
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
+from django.http import HttpResponseNotAllowed
 from django.utils.translation import gettext_lazy as _
 
 
@@ -67,3 +69,24 @@ class ThrottledAuthenticationForm(ThrottledLoginMixin, AuthenticationForm):
 
 class ThrottledAdminAuthenticationForm(ThrottledLoginMixin, AdminAuthenticationForm):
     pass
+
+
+class LoginView(auth_views.LoginView):
+    """The sign-in page: the identity provider's button when single sign-on is set up,
+    the password form while local passwords are enabled (COUNTERSIGN_LOCAL_LOGIN)."""
+
+    authentication_form = ThrottledAuthenticationForm
+
+    def get_context_data(self, **kwargs):
+        return {
+            **super().get_context_data(**kwargs),
+            "local_login": settings.COUNTERSIGN_LOCAL_LOGIN,
+            "sso": settings.COUNTERSIGN_OIDC,
+            "sso_name": settings.COUNTERSIGN_OIDC_NAME,
+        }
+
+    def post(self, request, *args, **kwargs):
+        if not settings.COUNTERSIGN_LOCAL_LOGIN:
+            # No password is checked at all (ModelBackend is not installed either).
+            return HttpResponseNotAllowed(["GET"])
+        return super().post(request, *args, **kwargs)

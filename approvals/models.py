@@ -277,6 +277,15 @@ class Approval(models.Model):
     grant = models.ForeignKey(
         "SessionGrant", null=True, blank=True, on_delete=models.PROTECT, related_name="approvals"
     )
+    # A signed approval (approvals/passkeys.py): the passkey that signed, and the WebAuthn
+    # assertion as the browser returned it (credential id, authenticator data, client
+    # data, signature; base64url) with the server nonce the challenge was derived from.
+    # Kept so that the worker and ``manage.py verify_signed_approvals`` can verify it
+    # again, offline, against the passkey's public key.
+    passkey = models.ForeignKey(
+        "Passkey", null=True, blank=True, on_delete=models.PROTECT, related_name="approvals"
+    )
+    assertion = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["created_at"]
@@ -513,3 +522,52 @@ class Heartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name} at {self.at}"
+
+
+class Passkey(models.Model):
+    """A reviewer's WebAuthn credential, used to sign approvals (approvals/passkeys.py).
+
+    Revoked, never deleted: approvals it signed stay verifiable, and a revoked passkey
+    signs nothing more (the page refuses it, and the worker refuses an approval whose
+    passkey was revoked before the plan was sent)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="passkeys"
+    )
+    name = models.CharField(max_length=100)
+    credential_id = models.CharField(max_length=1400, unique=True)  # base64url
+    public_key = models.BinaryField()  # COSE_Key, as registered
+    sign_count = models.PositiveBigIntegerField(default=0)
+    transports = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.user})"
+
+
+class OidcIdentity(models.Model):
+    """Which identity-provider account a user is: the (issuer, subject) pair of its ID
+    tokens, the only stable identifier OpenID Connect gives. Users are matched on this,
+    never on an e-mail address (which an identity provider may let people change)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identity"
+    )
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="oidc_identity_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

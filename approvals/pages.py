@@ -49,6 +49,16 @@ PAGE_ERROR_MESSAGES = [
     gettext_noop("approve or deny"),
     gettext_noop("type the target's id or name to approve an irreversible change"),
     gettext_noop("the target has not changed since this preview"),
+    gettext_noop(
+        "this approval must be signed with a passkey, which needs JavaScript in the browser"
+    ),
+    gettext_noop("the signing request is unknown, expired, used, or for another plan"),
+    gettext_noop("this passkey is not registered to you"),
+    gettext_noop("register a passkey first: this approval must be signed with one"),
+    gettext_noop("the registration expired; start again"),
+    gettext_noop("the passkey's registration does not verify"),
+    gettext_noop("this passkey is already registered"),
+    gettext_noop("no such passkey"),
 ]
 PAGE_ERROR_TITLES = {
     "bad-request": gettext_lazy("The request cannot be processed"),

@@ -52,6 +52,11 @@ class ApprovalPolicyOut(Schema):
         description="Whether a reviewer's session grant may approve this action's plans "
         "without a per-call decision (observation and reversible actions only).",
     )
+    signed: bool = Field(
+        default=False,
+        description="Whether approvals must be signed with a reviewer's passkey (WebAuthn) "
+        "over the plan's fingerprint; such plans cannot be approved without one.",
+    )
 
 
 class ResultFieldOut(Schema):

@@ -51,6 +51,12 @@ from .grants import grant_approve, grant_match
 from .lifecycle import plan_transition
 from .models import Approval, IdempotencyRecord, Plan, PlanStatus
 from .notifications import notifications_wanted, notify_awaiting
+from .passkeys import (
+    SignatureRefused,
+    approval_nonce_take,
+    approval_signature_verify,
+    plan_needs_signature,
+)
 from .permissions import can_review
 
 log = logging.getLogger(__name__)
@@ -298,6 +304,8 @@ def plan_submit(
             "session_grant_eligible": spec.approval.session_grant,
             # "none": a plain observation read an admin lets run without a decision.
             "mode": spec.approval.mode,
+            # Approvals must be passkey-signed (approvals/passkeys.py).
+            "signed_approval": spec.approval.signed,
         }
         now = timezone.now()
         with transaction.atomic():
@@ -564,7 +572,14 @@ def reviewer_create(
 
 
 def approval_record(
-    *, plan_id, reviewer, decision: str, fingerprint_seen: str, comment: str = ""
+    *,
+    plan_id,
+    reviewer,
+    decision: str,
+    fingerprint_seen: str,
+    comment: str = "",
+    assertion: Any = None,
+    nonce: str = "",
 ) -> Plan:
     """Record a reviewer's decision on the exact fingerprint they saw.
 
@@ -578,6 +593,9 @@ def approval_record(
         raise InvalidInput(errors=[{"pointer": "/decision", "message": "approve or deny"}])
     comment = (comment or "")[:2000]
     failure: Exception | None = None
+    signed: dict | Exception = {}
+    # Spent now, whatever happens next: a signing request is good for one attempt.
+    issued = approval_nonce_take(nonce) if decision == Approval.Decision.APPROVE else None
     now = timezone.now()
     with transaction.atomic():
         plan = (
@@ -637,6 +655,10 @@ def approval_record(
             failure = NotAllowed(
                 "you registered this agent: another reviewer must approve its irreversible plans"
             )
+        elif decision == Approval.Decision.APPROVE and isinstance(
+            signed := _signature_or_refusal(plan, reviewer, assertion, nonce, issued), Exception
+        ):
+            failure = signed
         else:
             ttl = plan.policy.get("approval_ttl_seconds", 900)
             Approval.objects.create(
@@ -646,6 +668,7 @@ def approval_record(
                 fingerprint=plan.fingerprint,
                 comment=comment,
                 expires_at=now + timedelta(seconds=ttl),
+                **(signed if isinstance(signed, dict) else {}),
             )
             actor = user_actor(reviewer)
             if decision == Approval.Decision.DENY:
@@ -689,6 +712,25 @@ def approval_record(
     if failure is not None:
         raise failure
     return plan
+
+
+def _signature_or_refusal(plan: Plan, reviewer, assertion, nonce, issued) -> dict | Exception:
+    """For a plan whose approvals must be signed: the verified signature to store with
+    the approval, or the refusal (audited); an empty dict when none is needed."""
+    if not plan_needs_signature(plan):
+        return {}
+    try:
+        return approval_signature_verify(
+            plan=plan, reviewer=reviewer, assertion=assertion, nonce=nonce, issued=issued
+        )
+    except SignatureRefused as exc:
+        audit_record(
+            kind="approval.signature_refused",
+            actor=user_actor(reviewer),
+            plan=plan,
+            data={"reason": str(exc)[:200]},
+        )
+        return exc
 
 
 def _creator_would_approve_alone(plan: Plan, reviewer) -> bool:

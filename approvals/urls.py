@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import audit, dashboard, grants, plan, queue
+from .views import audit, dashboard, grants, passkeys, plan, queue
 
 app_name = "approvals"
 
@@ -12,7 +12,12 @@ urlpatterns = [
     path("grants/", grants.grants, name="grants"),
     path("grants/new", grants.grant_create_view, name="grant-create"),
     path("grants/<uuid:grant_id>/revoke", grants.grant_revoke_view, name="grant-revoke"),
+    path("passkeys/", passkeys.passkeys, name="passkeys"),
+    path("passkeys/options", passkeys.passkey_options, name="passkey-options"),
+    path("passkeys/register", passkeys.passkey_register_view, name="passkey-register"),
+    path("passkeys/<uuid:passkey_id>/revoke", passkeys.passkey_revoke_view, name="passkey-revoke"),
     path("<uuid:plan_id>/", plan.plan_detail, name="plan-detail"),
+    path("<uuid:plan_id>/sign", passkeys.plan_sign_options, name="plan-sign"),
     path("<uuid:plan_id>/decide", plan.plan_decide, name="plan-decide"),
     path("<uuid:plan_id>/revoke", plan.plan_revoke, name="plan-revoke"),
     path("<uuid:plan_id>/check", plan.plan_check, name="plan-check"),

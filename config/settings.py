@@ -129,6 +129,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "mozilla_django_oidc",
     "ninja",
     # The lowest layer (the audit trail's table lives there); see actions/lib/__init__.py.
     "actions.lib",
@@ -241,6 +242,85 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "approvals:queue"
 LOGOUT_REDIRECT_URL = "login"
 
+# --- Single sign-on (OpenID Connect; approvals/oidc.py) --------------------------------
+# Configured when an issuer and a client id are set. The endpoints are the ones the
+# issuer's /.well-known/openid-configuration lists (reading it here would be network
+# I/O at import time; they are copied from it once instead). Authorization code flow with PKCE,
+# state and nonce; ID tokens checked for signature, issuer, audience, expiry and nonce.
+COUNTERSIGN_OIDC_ISSUER = env_str("COUNTERSIGN_OIDC_ISSUER")  # exactly as in its tokens
+OIDC_RP_CLIENT_ID = env_str("COUNTERSIGN_OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env_str("COUNTERSIGN_OIDC_CLIENT_SECRET")
+COUNTERSIGN_OIDC = bool(COUNTERSIGN_OIDC_ISSUER and OIDC_RP_CLIENT_ID)
+COUNTERSIGN_OIDC_NAME = env_str("COUNTERSIGN_OIDC_NAME", "your identity provider")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("COUNTERSIGN_OIDC_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = env_str("COUNTERSIGN_OIDC_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = env_str("COUNTERSIGN_OIDC_USERINFO_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = env_str("COUNTERSIGN_OIDC_JWKS_ENDPOINT")
+if COUNTERSIGN_OIDC and not all(
+    (
+        OIDC_OP_AUTHORIZATION_ENDPOINT,
+        OIDC_OP_TOKEN_ENDPOINT,
+        OIDC_OP_USER_ENDPOINT,
+        OIDC_OP_JWKS_ENDPOINT,
+    )
+):
+    raise ImproperlyConfigured(
+        "single sign-on needs COUNTERSIGN_OIDC_AUTHORIZATION_ENDPOINT, _TOKEN_ENDPOINT, "
+        "_USERINFO_ENDPOINT and _JWKS_ENDPOINT (from the issuer's openid-configuration)"
+    )
+# Empty: the provider has no RP-initiated logout; sign-out then ends the local session only.
+COUNTERSIGN_OIDC_END_SESSION_ENDPOINT = env_str("COUNTERSIGN_OIDC_END_SESSION_ENDPOINT")
+OIDC_RP_SIGN_ALGO = env_str("COUNTERSIGN_OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env_str("COUNTERSIGN_OIDC_SCOPES", "openid email profile groups")
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+# client_secret_basic, the default method of OpenID Connect; 0 sends it in the form body.
+OIDC_TOKEN_USE_BASIC_AUTH = env_bool("COUNTERSIGN_OIDC_TOKEN_BASIC_AUTH", True)
+OIDC_STORE_ID_TOKEN = True  # the hint RP-initiated logout sends back to the provider
+OIDC_TIMEOUT = env_float("COUNTERSIGN_OIDC_TIMEOUT", 5.0)
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
+OIDC_OP_LOGOUT_URL_METHOD = "approvals.oidc.provider_logout_url"
+# The claim that lists a person's groups, and the values of it that make them a
+# reviewer (members of the reviewers group); anyone else signs in with no permission.
+COUNTERSIGN_OIDC_GROUPS_CLAIM = env_str("COUNTERSIGN_OIDC_GROUPS_CLAIM", "groups")
+COUNTERSIGN_OIDC_REVIEWER_GROUPS = env_list("COUNTERSIGN_OIDC_REVIEWER_GROUPS", ["reviewers"])
+# Local passwords: on by default in embedded mode (and tests); in production, off by
+# default once single sign-on is configured.
+COUNTERSIGN_LOCAL_LOGIN = env_bool(
+    "COUNTERSIGN_LOCAL_LOGIN", default=not (PRODUCTION and COUNTERSIGN_OIDC)
+)
+AUTHENTICATION_BACKENDS = [
+    *(["approvals.oidc.ReviewerOIDCBackend"] if COUNTERSIGN_OIDC else []),
+    *(["django.contrib.auth.backends.ModelBackend"] if COUNTERSIGN_LOCAL_LOGIN else []),
+]
+if not AUTHENTICATION_BACKENDS:
+    raise ImproperlyConfigured(
+        "nobody could sign in: configure COUNTERSIGN_OIDC_ISSUER and "
+        "COUNTERSIGN_OIDC_CLIENT_ID, or set COUNTERSIGN_LOCAL_LOGIN=1"
+    )
+
+# --- Passkeys and signed approvals (WebAuthn; approvals/passkeys.py) -------------------
+# The relying party is this site: its host name (an IP address cannot be one; browsers
+# refuse it, so embedded mode's 127.0.0.1 becomes localhost) and the origins reviewers
+# use. The worker checks stored assertions against these too: give it the same values.
+_public = urlsplit(PUBLIC_URL)
+COUNTERSIGN_WEBAUTHN_RP_ID = env_str(
+    "COUNTERSIGN_WEBAUTHN_RP_ID",
+    "localhost"
+    if (_public.hostname or "").replace(".", "").isdigit() or _public.hostname == "::1"
+    else (_public.hostname or "localhost"),
+)
+COUNTERSIGN_WEBAUTHN_ORIGINS = env_list(
+    "COUNTERSIGN_WEBAUTHN_ORIGINS",
+    [PUBLIC_URL.replace(f"//{_public.hostname}", f"//{COUNTERSIGN_WEBAUTHN_RP_ID}", 1)],
+)
+# Consequence classes whose approvals must be signed with a passkey unless an action
+# says otherwise (`approval: {signed: ...}`). Production: irreversible; embedded mode
+# and tests: none by default, so the demo loop works before anyone registers a passkey.
+COUNTERSIGN_SIGNED_APPROVAL_CLASSES = env_list(
+    "COUNTERSIGN_SIGNED_APPROVAL_CLASSES", ["irreversible"] if PRODUCTION else []
+)
+
 # Reviewer pages speak the reviewer's language (Accept-Language, or the switcher's
 # cookie); the agent API and audit event kinds stay English: machines read them.
 LANGUAGE_CODE = env_str("COUNTERSIGN_LANGUAGE", "en")
@@ -278,7 +358,8 @@ SECURE_CSP = {
     "object-src": ["'none'"],
     "base-uri": ["'none'"],
     "frame-ancestors": ["'none'"],
-    "form-action": ["'self'"],
+    # Signing out also signs out at the identity provider: the form's redirect goes there.
+    "form-action": ["'self'", *([COUNTERSIGN_OIDC_ISSUER] if COUNTERSIGN_OIDC else [])],
 }
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"

@@ -1,11 +1,11 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from approvals import oidc
 from approvals.api import api
-from approvals.login import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
+from approvals.login import LoginView, ThrottledAdminAuthenticationForm
 
 # The admin's sign-in is throttled like the reviewers' (approvals/login.py).
 admin.site.login_form = ThrottledAdminAuthenticationForm
@@ -16,12 +16,11 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("plans/", include("approvals.urls")),
     path("api/v1/", api.urls),
-    path(
-        "accounts/login/",
-        auth_views.LoginView.as_view(authentication_form=ThrottledAuthenticationForm),
-        name="login",
-    ),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/login/", LoginView.as_view(), name="login"),
+    path("accounts/logout/", oidc.logout, name="logout"),
+    # Single sign-on (approvals/oidc.py); 404 while it is not configured.
+    path("accounts/oidc/start/", oidc.start, name="oidc-start"),
+    path("accounts/oidc/callback/", oidc.callback, name="oidc-callback"),
     # set_language: the switcher in base.html posts here (a plain form, no JavaScript).
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),

@@ -107,12 +107,20 @@ def base_env(db_url: str, broker_url: str, queue: str, public_key: str, extra=No
 
 
 def start_web(
-    env: dict, log_dir: Path, *, name: str = "web", workers: int | None = None
+    env: dict,
+    log_dir: Path,
+    *,
+    name: str = "web",
+    workers: int | None = None,
+    port: int | None = None,
+    host_name: str = "127.0.0.1",
 ) -> tuple[Process, str]:
-    """uvicorn on a free port; ``workers`` > 1 runs that many worker processes under
-    uvicorn's supervisor (as in production)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    """uvicorn on ``port`` (a free one by default); ``workers`` > 1 runs that many worker
+    processes under uvicorn's supervisor (as in production). It listens on 127.0.0.1;
+    ``host_name`` is the name its public URL uses (``localhost`` for passkeys, which an
+    IP address cannot be the relying party of)."""
+    port = port or free_port()
+    url = f"http://{host_name}:{port}"
     env = {**env, "COUNTERSIGN_PUBLIC_URL": url}
     args = [
         sys.executable,
@@ -135,7 +143,7 @@ def start_web(
         if not proc.alive():
             raise RuntimeError(f"web server exited:\n{proc.log()}")
         try:
-            httpx.get(url + "/accounts/login/", timeout=1)
+            httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=1)
             return proc, url
         except httpx.HTTPError:
             time.sleep(0.1)

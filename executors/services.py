@@ -61,6 +61,7 @@ from approvals.lifecycle import (
     plan_transition,
 )
 from approvals.models import Attempt, Plan, PlanStatus
+from approvals.passkeys import plan_signature_problem
 
 from .outcomes import classify, refused_in_body, retry_after_seconds
 from .reconciliation import FIRST_FOLLOW_SECONDS, RECONCILE_DELAYS, due, read_back, wake_look
@@ -150,6 +151,11 @@ def _refusal_reason(plan: Plan, now) -> str | None:
         return "the action's definition changed after the preview"
     if plan.target.get("base_url") != action.connector.base_url:
         return "the connector's address changed after the preview"
+    # Signed approvals are verified again here, from the stored assertions and the
+    # registered public keys: a row written straight into the database fails.
+    problem = plan_signature_problem(plan)
+    if problem:
+        return problem
     if plan.policy.get("mode") == "session_grant":
         # Revoking or outliving the grant stops every plan not claimed yet.
         return grant_refusal_reason(plan, now)

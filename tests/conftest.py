@@ -19,6 +19,7 @@ from django.contrib.auth.models import Permission
 from actions.lib.checkpoints import generate_signing_key
 from demo.upstream import DemoUpstream
 from executors.vault import generate_keypair
+from tests.oidc.support import CLIENT_SECRET as OIDC_CLIENT_SECRET
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CATALOG = ROOT / "demo" / "catalog.yaml"
@@ -238,7 +239,17 @@ def make_plan(agent):
 
 
 @pytest.fixture(scope="session")
-def live_env(django_db_setup, django_db_blocker, worker_keys):
+def sso_port() -> int:
+    """The port of the web server that signs people in with the test OpenID provider and
+    asks for passkeys (tests/e2e/conftest.py: sso_web), chosen early: the worker checks
+    signed approvals against that origin."""
+    from demo.processes import free_port
+
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def live_env(django_db_setup, django_db_blocker, worker_keys, sso_port):
     """Environment for subprocesses: the test database, Redis, a queue of our own."""
     from django.db import connection
 
@@ -250,6 +261,10 @@ def live_env(django_db_setup, django_db_blocker, worker_keys):
         django_settings.CELERY_BROKER_URL,
         queue,
         worker_keys["public"],
+        extra={
+            "COUNTERSIGN_WEBAUTHN_RP_ID": "localhost",
+            "COUNTERSIGN_WEBAUTHN_ORIGINS": f"http://localhost:{sso_port}",
+        },
     )
 
 
@@ -315,6 +330,7 @@ def known_secrets(tokens=()) -> list[tuple[str, str]]:
         (READ_TOKEN, "the upstream read token"),
         (WRITE_TOKEN, "the upstream write token"),
         (OAUTH_CLIENT_SECRET, "the OAuth2 client secret"),
+        (OIDC_CLIENT_SECRET, "the OpenID Connect client secret"),
         *((token, "an OAuth2 access token") for token in tokens),
     ]
 

@@ -34,8 +34,9 @@ from actions.spec import VERIFIABLE_KINDS
 
 from ..diffs import only_version_moved
 from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshness
-from ..models import Plan, PlanStatus
+from ..models import Passkey, Plan, PlanStatus
 from ..pages import page_error, plan_page
+from ..passkeys import plan_needs_signature
 from ..review import (
     action_texts,
     approve_words,
@@ -247,6 +248,10 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
             "typed_confirmation": needs_typed_confirmation(plan),
             "confirmation_words": confirmation_words(plan),
             "editable": decidable and plan.kind != "delete",
+            "signed_approval": (signed := plan_needs_signature(plan)),
+            # Asked only where it matters: most plans need no signature.
+            "has_passkey": signed
+            and Passkey.objects.filter(user=request.user, revoked_at__isnull=True).exists(),
         }
     )
     return render(request, "approvals/plan_detail.html", context)
@@ -381,11 +386,22 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
         decision=decision,
         fingerprint_seen=request.POST.get("fingerprint", ""),
         comment=request.POST.get("comment", ""),
+        # Present when the page's script signed the approval with a passkey.
+        assertion=_assertion(request.POST.get("assertion", "")),
+        nonce=request.POST.get("nonce", "")[:100],
     )
     messages.success(
         request, gettext("Denied.") if decision == "deny" else gettext("Approval recorded.")
     )
     return redirect("approvals:plan-detail", plan_id=plan_id)
+
+
+def _assertion(text: str) -> dict | None:
+    try:
+        value = json.loads(text) if text and len(text) < 20_000 else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 @require_POST

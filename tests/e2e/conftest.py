@@ -70,8 +70,8 @@ def chromium(live, reviewer, second_reviewer, agent_api):
                 executable_path=CHROMIUM,
                 args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
             )
-        options = {"viewport": {"width": 1280, "height": 900}, **context_options}
-        context = started["browser"].new_context(base_url=live["url"], **options)
+        options = {"viewport": {"width": 1280, "height": 900}, "base_url": live["url"]}
+        context = started["browser"].new_context(**{**options, **context_options})
         context.set_default_timeout(10_000)
         return context.new_page()
 
@@ -79,3 +79,75 @@ def chromium(live, reviewer, second_reviewer, agent_api):
     if started:
         started["browser"].close()  # closes its contexts too
         started["playwright"].stop()
+
+
+# --- single sign-on and passkeys: a real OpenID provider, a web server that uses it ---------
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(live_logs, sso_port):
+    """panva/oidc-provider under Node, one process for the whole session."""
+    from tests.oidc.support import start_provider
+
+    base = f"http://localhost:{sso_port}"
+    provider = start_provider(
+        live_logs,
+        redirect_uri=f"{base}/accounts/oidc/callback/",
+        post_logout_uri=f"{base}/accounts/login/",
+    )
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="session")
+def hostile_token_endpoint(oidc_provider):
+    from tests.oidc.support import HostileTokenEndpoint
+
+    endpoint = HostileTokenEndpoint(issuer=oidc_provider.issuer)
+    yield endpoint
+    endpoint.stop()
+
+
+@pytest.fixture(scope="session")
+def sso_web(live_env, live_logs, sso_port, oidc_provider, hostile_token_endpoint):
+    """A second web process, at http://localhost:<sso_port>: single sign-on with the test
+    provider (tokens and keys fetched through the hostile endpoint, which relays them
+    untouched unless a test says otherwise), local passwords still on (test mode), and
+    irreversible plans needing passkey-signed approvals."""
+    from demo.processes import start_web
+    from tests.oidc.support import CLIENT_ID, CLIENT_SECRET
+
+    issuer = oidc_provider.issuer
+    env = {
+        **live_env,
+        "COUNTERSIGN_OIDC_ISSUER": issuer,
+        "COUNTERSIGN_OIDC_CLIENT_ID": CLIENT_ID,
+        "COUNTERSIGN_OIDC_CLIENT_SECRET": CLIENT_SECRET,
+        "COUNTERSIGN_OIDC_NAME": "Example SSO",
+        "COUNTERSIGN_OIDC_AUTHORIZATION_ENDPOINT": f"{issuer}/auth",
+        "COUNTERSIGN_OIDC_TOKEN_ENDPOINT": f"{hostile_token_endpoint.url}/token",
+        "COUNTERSIGN_OIDC_USERINFO_ENDPOINT": f"{issuer}/me",
+        "COUNTERSIGN_OIDC_JWKS_ENDPOINT": f"{hostile_token_endpoint.url}/jwks",
+        "COUNTERSIGN_OIDC_END_SESSION_ENDPOINT": f"{issuer}/session/end",
+        "COUNTERSIGN_SIGNED_APPROVAL_CLASSES": "irreversible",
+    }
+    proc, url = start_web(env, live_logs, name="web-sso", port=sso_port, host_name="localhost")
+    yield url
+    proc.stop()
+
+
+@pytest.fixture
+def sso(live, sso_web, hostile_token_endpoint, oidc_provider):
+    """The SSO web server for one test; the token endpoint back to relaying."""
+    hostile_token_endpoint.mode = "relay"
+    hostile_token_endpoint.issued.clear()
+    yield {"url": sso_web, "token_endpoint": hostile_token_endpoint, "issuer": oidc_provider.issuer}
+    hostile_token_endpoint.mode = "relay"
+
+
+@pytest.fixture
+def sso_agent_api(sso, agent_token):
+    """The agent, talking to the SSO web server (whose policy signs irreversible plans)."""
+    client = AgentClient(sso["url"].replace("localhost", "127.0.0.1"), agent_token)
+    yield client
+    client.close()

@@ -205,3 +205,20 @@ class WorkerLogs:
             what=f"{count} finished execution task(s) in the worker logs",
         )
         return self.finished()
+
+
+def orm(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` (database queries) in a thread of its own: Django refuses ORM calls in
+    a thread where Playwright's event loop runs. The thread's connection is closed after."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - test helper only
+
+    from django.db import connection  # noqa: PLC0415 - test helper only
+
+    def run():
+        try:
+            return fn()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()

@@ -1,0 +1,180 @@
+"""A real OpenID provider for the suite, and a token endpoint in front of it that can lie.
+
+* ``start_provider``: panva/oidc-provider (an OpenID Certified implementation), run by
+  Node from ``provider.mjs`` as its own process on 127.0.0.1. Its packages are installed
+  from ``package-lock.json`` (``npm ci``) when ``node_modules`` is missing; without Node
+  or npm the fixture fails, it does not skip.
+* ``HostileTokenEndpoint``: a real HTTP server the web process is configured to use as
+  its token and JWKS endpoints. By default it relays both to the provider untouched. Set
+  ``mode`` and it re-signs the provider's ID token, with one claim changed (``nonce``,
+  ``exp``, ``aud``, ``iss``), under a key it publishes in the JWKS it serves: a provider
+  that issues wrong tokens with valid signatures, so each claim check is what stands in
+  the way. ``untrusted_key`` signs with a key it does not publish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+from demo.processes import Process, free_port
+
+HERE = Path(__file__).resolve().parent
+CLIENT_ID = "countersign-test"
+# A test-only client secret; the canary looks for it in every response.
+CLIENT_SECRET = "oidc-client-secret-for-tests-5c1d0e"
+
+
+@dataclass
+class Provider:
+    process: Process
+    issuer: str
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def npm_ci() -> None:
+    if (HERE / "node_modules" / "oidc-provider" / "package.json").is_file():
+        return
+    npm = shutil.which("npm")
+    if not npm or not shutil.which("node"):
+        raise RuntimeError(
+            "the OpenID provider for the tests needs Node.js and npm (then: npm ci in tests/oidc)"
+        )
+    subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=HERE,
+        check=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def start_provider(log_dir: Path, *, redirect_uri: str, post_logout_uri: str) -> Provider:
+    npm_ci()
+    port = free_port()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "OIDC_PORT": str(port),
+        "OIDC_CLIENT_ID": CLIENT_ID,
+        "OIDC_CLIENT_SECRET": CLIENT_SECRET,
+        "OIDC_REDIRECT_URI": redirect_uri,
+        "OIDC_POST_LOGOUT_URI": post_logout_uri,
+        "NODE_ENV": "test",
+    }
+    process = Process("oidc-provider", ["node", str(HERE / "provider.mjs")], env, log_dir)
+    issuer = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if not process.alive():
+            raise RuntimeError(f"the OpenID provider exited:\n{process.log()}")
+        try:
+            if httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=1).is_success:
+                return Provider(process=process, issuer=issuer)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    process.stop()
+    raise RuntimeError(f"the OpenID provider did not start:\n{process.log()}")
+
+
+def _rsa_jwk(kid: str) -> tuple[object, dict]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+    return key, {**public, "kid": kid, "alg": "RS256", "use": "sig"}
+
+
+@dataclass
+class HostileTokenEndpoint:
+    issuer: str  # the real provider
+    mode: str = "relay"
+    url: str = ""
+    issued: list[dict] = field(default_factory=list)  # the claims of every ID token sent
+
+    def __post_init__(self) -> None:
+        self._key, self._public = _rsa_jwk("hostile-but-published")
+        self._stranger, _ = _rsa_jwk("hostile-unpublished")
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path != "/jwks":
+                    return self._send(404, b"{}", "application/json")
+                keys = httpx.get(f"{endpoint.issuer}/jwks", timeout=5).json()["keys"]
+                body = json.dumps({"keys": [*keys, endpoint._public]}).encode()
+                return self._send(200, body, "application/json")
+
+            def do_POST(self) -> None:
+                if self.path != "/token":
+                    return self._send(404, b"{}", "application/json")
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() in ("authorization", "content-type")
+                }
+                answer = httpx.post(
+                    f"{endpoint.issuer}/token", content=body, headers=headers, timeout=5
+                )
+                if answer.status_code != 200 or endpoint.mode == "relay":
+                    tokens = answer.json()
+                    if "id_token" in tokens:
+                        endpoint.issued.append(
+                            jwt.decode(tokens["id_token"], options={"verify_signature": False})
+                        )
+                    return self._send(answer.status_code, answer.content, "application/json")
+                tokens = answer.json()
+                tokens["id_token"] = endpoint.forge(tokens["id_token"])
+                return self._send(200, json.dumps(tokens).encode(), "application/json")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def forge(self, id_token: str) -> str:
+        claims = jwt.decode(id_token, options={"verify_signature": False})
+        now = int(time.time())
+        key, kid = self._key, self._public["kid"]
+        if self.mode == "nonce":
+            claims["nonce"] = "a-nonce-this-browser-was-never-given"
+        elif self.mode == "expired":
+            claims["iat"], claims["exp"] = now - 7200, now - 3600
+        elif self.mode == "audience":
+            claims["aud"] = "another-client"
+            claims.pop("azp", None)
+        elif self.mode == "issuer":
+            claims["iss"] = "http://127.0.0.1:9/unknown-issuer"
+        elif self.mode == "untrusted_key":
+            key, kid = self._stranger, "hostile-unpublished"
+        elif self.mode != "resign":
+            raise ValueError(self.mode)
+        self.issued.append(claims)
+        return jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
