@@ -29,6 +29,11 @@ def heartbeat_started(*, name: str, kind: str) -> None:
     )
 
 
+def heartbeat_forget(*, name: str) -> None:
+    """A process stops cleanly: its row goes (a process that dies leaves it to age)."""
+    Heartbeat.objects.filter(name=name).delete()
+
+
 def stale_after() -> timedelta:
     """A heartbeat older than three of its periods belongs to a process that stopped."""
     return timedelta(seconds=3 * settings.COUNTERSIGN_HEARTBEAT_SECONDS)
