@@ -29,6 +29,13 @@ def heartbeat_started(*, name: str, kind: str) -> None:
     )
 
 
+def worker_heartbeat_name(hostname: str) -> str:
+    """A worker's row names the queue it consumes: the dashboard and the readiness check
+    count the workers of this deployment's queue (COUNTERSIGN_QUEUE), not those of
+    another one that happens to share the database."""
+    return f"worker:{settings.CELERY_TASK_DEFAULT_QUEUE}:{hostname}"
+
+
 def heartbeat_forget(*, name: str) -> None:
     """A process stops cleanly: its row goes (a process that dies leaves it to age)."""
     Heartbeat.objects.filter(name=name).delete()
@@ -48,7 +55,8 @@ def heartbeat_status(*, now=None) -> dict:
     now = now or timezone.now()
     rows = list(Heartbeat.objects.all())
     sweeper = next((r for r in rows if r.kind == Heartbeat.Kind.SWEEPER), None)
-    workers = [r for r in rows if r.kind == Heartbeat.Kind.WORKER]
+    prefix = worker_heartbeat_name("")
+    workers = [r for r in rows if r.kind == Heartbeat.Kind.WORKER and r.name.startswith(prefix)]
     sweeper_age = (now - sweeper.at).total_seconds() if sweeper else None
     return {
         "sweeper_age": sweeper_age,

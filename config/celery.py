@@ -94,7 +94,10 @@ class Heartbeat(bootsteps.StartStopStep):
         self.stopped = False
 
     def start(self, worker) -> None:
-        self.name = f"worker:{worker.hostname}"
+        # As in _beat: the models (and so approvals) can only be imported once running.
+        from approvals.heartbeats import worker_heartbeat_name  # noqa: PLC0415
+
+        self.name = worker_heartbeat_name(worker.hostname)
         self._beat(started=True)
         self.tref = worker.timer.call_repeatedly(
             settings.COUNTERSIGN_HEARTBEAT_SECONDS, self._beat, priority=10

@@ -409,6 +409,17 @@ class CanaryLogHandler(logging.Handler):
 
 
 @pytest.fixture(autouse=True)
+def _log_context():
+    """Each test starts with nothing bound for its log lines (a service called in one
+    test binds its plan for the rest of the thread, as it does for a request)."""
+    from actions.lib import logcontext
+
+    token = logcontext.replace({})
+    yield
+    logcontext.reset(token)
+
+
+@pytest.fixture(autouse=True)
 def canary(request, monkeypatch):
     import httpx
     from django.test.client import AsyncClient, Client
