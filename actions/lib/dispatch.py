@@ -80,8 +80,11 @@ def broker_state(*, timeout: float = 2.0) -> tuple[bool, int | None]:
             conn.ensure_connection(max_retries=1, timeout=timeout)
             try:
                 _, count, _ = conn.default_channel.queue_declare(queue=queue, passive=True)
-            except Exception:  # noqa: BLE001 - no such queue yet (no worker declared it)
-                return True, None
+            except Exception as exc:  # noqa: BLE001
+                # "Not found": Redis keeps no empty list (an empty queue is no queue),
+                # RabbitMQ has none before a worker declared it: either way, 0 waiting.
+                code = getattr(exc, "code", None) or (exc.args[0] if exc.args else None)
+                return True, 0 if str(code) == "404" else None
             return True, int(count)
     except Exception:  # noqa: BLE001 - any broker error: unreachable
         return False, None
