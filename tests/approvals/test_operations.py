@@ -23,7 +23,9 @@ CHECKS = ["database", "broker", "migrations", "sweeper", "workers"]
 
 def beat(name: str, kind: str, age: float = 0.0) -> None:
     at = timezone.now() - timedelta(seconds=age)
-    Heartbeat.objects.update_or_create(name=name, defaults={"kind": kind, "at": at, "started_at": at})
+    Heartbeat.objects.update_or_create(
+        name=name, defaults={"kind": kind, "at": at, "started_at": at}
+    )
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo.processes import ROOT, Process, free_port, start_web, start_worker, wait_ready
-from tests.conftest import secrets_in
+from tests.conftest import log_leaks
 from tests.e2e.support import AgentClient, ReviewerClient, eventually
 from tests.e2e.test_multiprocess import _contacts
 from tests.security.test_canary_db import use_oauth2_credentials
@@ -164,9 +164,7 @@ def test_metrics_add_up_and_logs_follow_each_plan(
     assert after[("countersign_workers_alive", ())] == 1
     assert after[("countersign_vault_locked", ())] == 0
     assert ("countersign_queue_depth", ()) in after
-    text = httpx.get(
-        web_b + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
-    ).text
+    text = httpx.get(web_b + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
     for plan in plans:
         assert plan["id"] not in text
     assert METRICS_TOKEN not in text
@@ -176,14 +174,13 @@ def test_metrics_add_up_and_logs_follow_each_plan(
     names = ("ops-web-a", "ops-web-b", "ops-worker")
     entries = {name: log_entries(cluster, name) for name in names}
     tokens = upstream.issued_tokens()
+    assert upstream.token_requests() >= 2  # OAuth2 tokens in the web servers and the worker
     for name in names:
         text = (cluster["logs"] / f"{name}.log").read_text(errors="replace")
-        assert secrets_in(text, tokens) == [], name
+        assert log_leaks(text, tokens) == [], name
     for plan in done:
         cid = plan["outcome"]["correlation_id"]
-        about = {
-            name: [e for e in entries[name] if cid in json.dumps(e)] for name in names
-        }
+        about = {name: [e for e in entries[name] if cid in json.dumps(e)] for name in names}
         lines = [e for found in about.values() for e in found]
         assert all(
             e["plan_id"] == plan["id"]
@@ -279,9 +276,7 @@ def test_a_prometheus_server_scrapes_the_metrics(cluster, catalog, tmp_path):
     try:
         up = eventually(lambda: query('up{job="countersign"} == 1'), timeout=60, interval=0.3)
         assert up[0]["metric"]["instance"] == host
-        series = eventually(
-            lambda: query("countersign_workers_alive"), timeout=30, interval=0.3
-        )
+        series = eventually(lambda: query("countersign_workers_alive"), timeout=30, interval=0.3)
         assert float(series[0]["value"][1]) >= 1
         assert query("countersign_vault_locked")[0]["value"][1] == "0"
         assert query("countersign_sweep_period_seconds")[0]["value"][1] == "1"
