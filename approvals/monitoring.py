@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
+import re
 from ipaddress import ip_address, ip_network
+from pathlib import Path
 
 from django.conf import settings
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from actions.lib import dispatch
 from actions.lib.bearer import bearer_token
@@ -117,10 +120,34 @@ class DatabaseCollector:
         )
 
 
+_LIVE_GAUGE_FILE = re.compile(r"^gauge_live[a-z]+_(\d+)\.db$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
+
+
+def forget_dead_processes(directory: str) -> None:
+    """A process that was killed (or a pool child, which exits without running atexit)
+    leaves its live gauges behind (the long-poll waiters it had): drop those of
+    processes no longer running on this host. Counters stay: they are cumulative."""
+    for path in Path(directory).glob("gauge_live*_*.db"):
+        found = _LIVE_GAUGE_FILE.match(path.name)
+        if found and not _pid_alive(int(found.group(1))):
+            mark_process_dead(int(found.group(1)), directory)
+
+
 def metrics_text() -> bytes:
     """The whole exposition: the processes' metrics, then the scrape-time gauges."""
     directory = multiprocess_dir()
     if directory:
+        forget_dead_processes(directory)
         processes = CollectorRegistry()
         MultiProcessCollector(processes, path=directory)
     else:

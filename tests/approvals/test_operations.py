@@ -220,3 +220,25 @@ def test_published_tasks_carry_the_context_in_their_headers(monkeypatch):
     assert sent["headers"] == {logcontext.HEADER: {"plan_id": "p-9", "correlation_id": "c-9"}}
     dispatch.publish(dispatch.EXECUTE_PLAN, "p-9")
     assert sent["headers"] is None
+
+
+def test_the_deployment_examples_name_only_metrics_that_exist(client, alive, settings, make_plan):
+    """The alert rules, the scrape example and the Grafana dashboard under docs/deploy/
+    use only series /metrics serves (a renamed metric would silently never alert)."""
+    import re
+
+    from demo.processes import ROOT
+
+    settings.COUNTERSIGN_METRICS_ALLOW = ["127.0.0.1/32"]
+    make_plan()  # a plan awaiting a decision: its expiry gauge is there
+    text = client.get("/metrics").content.decode()
+    served = set()
+    for family in text_string_to_metric_families(text):
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+        served |= {family.name + s for s in suffixes.get(family.type, [""])}
+    deploy = ROOT / "docs" / "deploy"
+    used = set()
+    for path in [*deploy.rglob("*.yml"), *deploy.rglob("*.json")]:
+        used |= set(re.findall(r"\bcountersign_[a-z_]+", path.read_text()))
+    used = {name for name in used if not name.endswith("_")}
+    assert used and used <= served, sorted(used - served)

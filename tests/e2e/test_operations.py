@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -197,7 +198,26 @@ def test_metrics_add_up_and_logs_follow_each_plan(
         assert "approved -> executing" in worker and "executing -> completed" in worker, worker
     levels = Counter(e["level"] for name in names for e in entries[name])
     assert levels["INFO"] > 0
-    agents[1].http.post(f"/plans/{waiting['id']}/cancel")
+
+    # --- a long-poll held on web b is counted in web a's scrape, and leaves it ---------
+    with ThreadPoolExecutor(1) as pool:
+        poll = pool.submit(agents[1].http.get, f"/plans/{waiting['id']}", params={"wait": 25})
+        eventually(
+            lambda: scrape(web_a).get(("countersign_longpoll_waiters", ())) == 1,
+            timeout=20,
+            interval=0.2,
+            what="the waiter counted",
+        )
+        assert agents[0].http.post(f"/plans/{waiting['id']}/cancel").status_code == 200
+        assert poll.result(timeout=30).json()["status"] == "cancelled"
+    eventually(
+        lambda: scrape(web_a).get(("countersign_longpoll_waiters", ())) == 0,
+        timeout=20,
+        interval=0.2,
+        what="the waiter gone",
+    )
+    after = scrape(web_a)
+    assert delta(after, before, "countersign_decisions_total", decision="cancel") == 1
     for client in (*agents, *reviewers):
         client.close()
 
