@@ -143,8 +143,9 @@ def forget_dead_processes(directory: str) -> None:
             mark_process_dead(int(found.group(1)), directory)
 
 
-def metrics_text() -> bytes:
-    """The whole exposition: the processes' metrics, then the scrape-time gauges."""
+def metrics_text(*, database: bool = True) -> bytes:
+    """The whole exposition: the processes' metrics, then (unless ``database`` is False:
+    a worker-only host's exporter, manage.py serve_metrics) the scrape-time gauges."""
     directory = multiprocess_dir()
     if directory:
         forget_dead_processes(directory)
@@ -152,6 +153,8 @@ def metrics_text() -> bytes:
         MultiProcessCollector(processes, path=directory)
     else:
         processes = REGISTRY
+    if not database:
+        return generate_latest(processes)
     scraped = CollectorRegistry()
     scraped.register(DatabaseCollector())
     return generate_latest(processes) + generate_latest(scraped)

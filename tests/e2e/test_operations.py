@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +76,7 @@ def ops(live_env, live_logs, worker_keys, tmp_path_factory):
         wait_ready(start_the_worker())
         state["start_worker"] = start_the_worker
         state["logs"] = live_logs
+        state["env"] = env
         yield state
     finally:
         for proc in reversed(state["procs"]):
@@ -318,5 +320,39 @@ def test_a_prometheus_server_scrapes_the_metrics(cluster, catalog, tmp_path):
             interval=0.3,
             what="every rule evaluated",
         )
+    finally:
+        proc.stop()
+
+
+def test_a_worker_host_serves_its_counters_without_a_web_server(cluster, catalog):
+    """manage.py serve_metrics: what a worker-only host runs for its scraper."""
+    port = free_port()
+    proc = Process(
+        "ops-serve-metrics",
+        [sys.executable, "manage.py", "serve_metrics", "--port", str(port)],
+        cluster["env"],
+        cluster["logs"],
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def get(**headers):
+        try:
+            return httpx.get(url, headers=headers, timeout=5)
+        except httpx.HTTPError:
+            return None
+
+    try:
+        eventually(lambda: get() is not None, timeout=30, interval=0.2, what="serve_metrics")
+        assert get().status_code == 401
+        answer = get(Authorization=f"Bearer {METRICS_TOKEN}")
+        assert answer.status_code == 200
+        families = {f.name for f in text_string_to_metric_families(answer.text)}
+        # The host's processes' metrics (those with no labels exist from the start, in
+        # whatever order the tests run), not the database's.
+        assert {"countersign_decision_to_effect_seconds", "countersign_longpoll_waiters"} <= (
+            families
+        )
+        assert "countersign_plans_awaiting_decision" not in families
+        assert METRICS_TOKEN not in answer.text
     finally:
         proc.stop()
