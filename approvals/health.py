@@ -88,7 +88,7 @@ def readiness_checks() -> list[Check]:
         ]
     checks.append(_migrations())
     try:
-        beats = heartbeat_status()
+        beats = heartbeat_status(this_queue=True)
     except Exception:  # noqa: BLE001 - e.g. its table missing before migrations
         return checks + [Check(name, False, "cannot be read") for name in ("sweeper", "workers")]
     age = beats["sweeper_age"]
@@ -131,7 +131,7 @@ def database_figures(*, now=None) -> dict[str, float | None]:
     unknown = Plan.objects.filter(status=PlanStatus.UNKNOWN).aggregate(
         n=Count("id"), oldest=Min("finished_at")
     )
-    beats = heartbeat_status(now=now)
+    beats = heartbeat_status(now=now, this_queue=True)
     locked = VaultState.objects.filter(id=VaultState.SINGLETON_ID, locked=True).exists()
     return {
         "awaiting": awaiting["n"],

@@ -123,19 +123,20 @@ class JsonFormatter(logging.Formatter):
 
 
 class PlainFormatter(logging.Formatter):
-    """The embedded mode's text lines, with the bound fields appended as key=value."""
+    """The embedded mode's text lines, with the bound fields as ``[key=value ...]`` before
+    the message (which stays last on its line: tools read what a line ends with)."""
 
     def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(context)s%(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
         fields = _record_fields(record)
-        if not fields:
-            return text
-        suffix = " ".join(f"{key}={value}" for key, value in fields.items())
-        first, newline, rest = text.partition("\n")
-        return f"{first} [{suffix}]{newline}{rest}"
+        record.context = (
+            "[" + " ".join(f"{key}={value}" for key, value in fields.items()) + "] "
+            if fields
+            else ""
+        )
+        return super().format(record)
 
 
 @sync_and_async_middleware

@@ -199,7 +199,7 @@ def test_json_lines_carry_the_bound_plan():
 def test_plain_lines_append_the_fields():
     with logcontext.scope(plan_id="p-1", correlation_id="c-1"):
         line = logcontext.PlainFormatter().format(_record("plan moved"))
-    assert line.endswith("plan moved [plan_id=p-1 correlation_id=c-1]")
+    assert line.endswith(" INFO approvals.test [plan_id=p-1 correlation_id=c-1] plan moved")
 
 
 def test_a_submission_logs_with_the_plan_s_correlation_id(make_plan, caplog):
