@@ -103,6 +103,25 @@ def test_readyz_body_never_names_hosts_or_databases(client, alive, settings):
         assert secret_ish not in text
 
 
+def test_readyz_with_migrations_pending(client, alive, monkeypatch):
+    import approvals.health
+
+    assert approvals.health.unapplied_migrations() == 0  # this database: all applied
+    monkeypatch.setattr(approvals.health, "_migrated", False)
+    monkeypatch.setattr(
+        approvals.health.MigrationExecutor, "migration_plan", lambda self, targets: [1, 2]
+    )
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    checks = {c["name"]: c for c in response.json()["checks"]}
+    assert checks["migrations"] == {
+        "name": "migrations",
+        "ok": False,
+        "detail": "not applied",
+        "value": 2,
+    }
+
+
 def test_readyz_is_rate_limited_per_address(client, alive, settings):
     settings.COUNTERSIGN_HEALTH_RATE_LIMIT = "2/minute"
     # Addresses of this test run's own (the counters live in the shared Redis).
