@@ -25,7 +25,7 @@ from pydantic import Field
 from actions.lib.bearer import bearer_token
 from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
 from actions.lib.exceptions import CountersignError
-from actions.lib.problems import PROBLEM_CONTENT_TYPE, problem_body
+from actions.lib.problems import PROBLEM_CONTENT_TYPE, current_correlation_id, problem_body
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
@@ -218,7 +218,8 @@ def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 
 @api.exception_handler(Exception)
 def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
-    correlation_id = str(uuid.uuid4())
+    # The id this request's lines already carry, if any: one grep finds them all.
+    correlation_id = current_correlation_id()
     log.exception("agent API error, correlation id %s", correlation_id)
     return problem(
         status=500,

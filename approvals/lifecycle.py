@@ -8,20 +8,38 @@ executor and the sweeper call these functions; neither writes those columns itse
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
+from actions.lib import logcontext
 from actions.lib.actors import SWEEPER
 from actions.lib.audit import audit_record
 from actions.lib.exceptions import InvalidTransition
+from actions.lib.metrics import DECISION_TO_EFFECT, DECISIONS, OUTCOMES
 from actions.models import VaultState
 
 from .models import ATTEMPT_TRANSITIONS, TRANSITIONS, Approval, Attempt, Plan, PlanStatus
 from .wakeups import plan_changed
 
+log = logging.getLogger(__name__)
+
+# The states an execution (or whoever settles one later) ends a plan in.
+OUTCOME_STATES = frozenset(
+    {
+        PlanStatus.COMPLETED,
+        PlanStatus.PENDING,
+        PlanStatus.ALREADY_IN_DESIRED_STATE,
+        PlanStatus.REJECTED,
+        PlanStatus.NOT_APPLIED,
+        PlanStatus.STALE,
+        PlanStatus.REFUSED,
+        PlanStatus.UNKNOWN,
+    }
+)
 # --- plans ----------------------------------------------------------------------------
 
 
@@ -59,10 +77,55 @@ def plan_transition(
             )
             # Wake the plan's long-polls, wherever they wait, once this commits.
             plan_changed(plan.id, to)
+            # Every later line of this request or task is about this plan.
+            logcontext.bind_plan(plan)
+            log.info("plan %s: %s -> %s (%s, by %s)", plan.id, source, to, event, actor)
+            transaction.on_commit(_counted(plan, source, to, event, data or {}))
     if updated != 1:
         # Another process got there first.
         raise InvalidTransition(f"the plan is no longer {source}")
     return plan
+
+
+def _decision_kind(to: str, event: str, data: dict[str, Any]) -> str:
+    if to == PlanStatus.APPROVED:
+        if data.get("by") == "policy":
+            return "policy"
+        return "session_grant" if "grant" in data else "approve"
+    if event == "plan.superseded":
+        return "supersede"
+    return {
+        PlanStatus.DENIED: "deny",
+        PlanStatus.EXPIRED: "expire",
+        PlanStatus.CANCELLED: "cancel",
+    }.get(to, to)
+
+
+def _counted(plan: Plan, source: str, to: str, event: str, data: dict[str, Any]):
+    """The metrics of a move, counted once it commits (a rolled-back move never was)."""
+    decided_at = plan.decided_at
+
+    def count() -> None:
+        if source == PlanStatus.AWAITING_APPROVAL:
+            DECISIONS.labels(decision=_decision_kind(to, event, data)).inc()
+        if to in OUTCOME_STATES:
+            OUTCOMES.labels(state=to).inc()
+            if source == PlanStatus.EXECUTING and decided_at is not None:
+                DECISION_TO_EFFECT.observe(max(0.0, (timezone.now() - decided_at).total_seconds()))
+
+    count.metrics_only = True  # type: ignore[attr-defined]
+    return count
+
+
+def counted_on_commit(increment) -> None:
+    """Run a metric's ``increment`` once the transaction commits (marked as bookkeeping
+    for approvals.wakeups.is_wakeup)."""
+
+    def count() -> None:
+        increment()
+
+    count.metrics_only = True  # type: ignore[attr-defined]
+    transaction.on_commit(count)
 
 
 def plans_expire(*, now=None) -> int:
@@ -72,18 +135,20 @@ def plans_expire(*, now=None) -> int:
     for plan in Plan.objects.filter(
         status=PlanStatus.AWAITING_APPROVAL, expires_at__lte=now
     ).select_related("action")[:500]:
-        try:
-            plan_transition(
-                plan,
-                to=PlanStatus.EXPIRED,
-                actor=SWEEPER,
-                event="plan.expired",
-                finished_at=now,
-                outcome_detail="no decision before the plan expired",
-            )
-            count += 1
-        except InvalidTransition:
-            pass  # decided meanwhile
+        # Each plan's lines name that plan only.
+        with logcontext.scope(**logcontext.plan_fields(plan)):
+            try:
+                plan_transition(
+                    plan,
+                    to=PlanStatus.EXPIRED,
+                    actor=SWEEPER,
+                    event="plan.expired",
+                    finished_at=now,
+                    outcome_detail="no decision before the plan expired",
+                )
+                count += 1
+            except InvalidTransition:
+                pass  # decided meanwhile
     return count
 
 

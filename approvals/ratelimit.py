@@ -76,12 +76,13 @@ def _hit(key: str, window: int) -> int:
         return 1
 
 
-def rate_limit_check(*, scope: str, subject: str) -> None:
-    """Raise RateLimited if ``subject`` went over the limit for ``scope`` this window.
+def rate_limit_check(*, scope: str, subject: str, rate: str | None = None) -> None:
+    """Raise RateLimited if ``subject`` went over the limit for ``scope`` this window
+    (``rate``, by default COUNTERSIGN_RATE_LIMIT).
 
     A broken Redis does not stop agents: the error is logged and the request allowed
     (the limit protects capacity; approval still guards every effect)."""
-    rate = parse_rate(settings.COUNTERSIGN_RATE_LIMIT)
+    rate = parse_rate(settings.COUNTERSIGN_RATE_LIMIT if rate is None else rate)
     if rate is None:
         return
     limit, window = rate

@@ -4,6 +4,8 @@ writes Plan.status."""
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -22,7 +24,7 @@ from actions.cache import cached, fresh
 from actions.cache import snapshot as catalog_snapshot
 from actions.clients import read_client
 from actions.fingerprint import fingerprint, fingerprint_document, plan_fingerprint_matches
-from actions.lib import dispatch
+from actions.lib import dispatch, logcontext
 from actions.lib.actors import SYSTEM, agent_actor, user_actor
 from actions.lib.audit import audit_record
 from actions.lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
@@ -41,6 +43,7 @@ from actions.lib.exceptions import (
     OutOfScope,
     UnknownAction,
 )
+from actions.lib.metrics import PLANS_PROPOSED, SUBMIT_LATENCY
 from actions.models import Action, Agent, AgentScope
 from actions.preview import PreviewError, compute_preview
 from actions.rules import first_failing, rule_text
@@ -48,7 +51,7 @@ from actions.spec import TemplateError
 
 from .freshness import plan_freshness
 from .grants import grant_approve, grant_match
-from .lifecycle import plan_transition
+from .lifecycle import counted_on_commit, plan_transition
 from .models import Approval, IdempotencyRecord, Plan, PlanStatus
 from .notifications import notifications_wanted, notify_awaiting
 from .passkeys import (
@@ -267,7 +270,46 @@ def plan_submit(
     grant covers the plan (approvals.grants), the fingerprinted policy names the grant
     and the plan is approved by it in the same transaction; otherwise it awaits a
     person, and the reviewer groups are notified once it is committed.
+
+    The plan's correlation id is chosen first, so every log line of the submission
+    (its preview read included) carries the id the plan is then stored with.
     """
+    started = time.perf_counter()
+    result = "error"
+    correlation_id = uuid.uuid4()
+    token = logcontext.bind(correlation_id=correlation_id, agent=agent.id, action=action_name)
+    try:
+        plan, replayed = _plan_submit(
+            agent=agent,
+            action_name=action_name,
+            input=input,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            use_grants=use_grants,
+            correlation_id=correlation_id,
+        )
+        result = "created" if replayed is None else str(replayed)
+        if replayed is not None:
+            logcontext.reset(token)
+            logcontext.bind_plan(plan)
+        return plan, replayed
+    except CountersignError as exc:
+        result = exc.type
+        raise
+    finally:
+        SUBMIT_LATENCY.labels(result=result).observe(time.perf_counter() - started)
+
+
+def _plan_submit(
+    *,
+    agent: Agent,
+    action_name: str,
+    input: Any,
+    reason: str,
+    idempotency_key: str | None,
+    use_grants: bool,
+    correlation_id: uuid.UUID,
+) -> tuple[Plan, Replay | None]:
     with catalog_snapshot():
         action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
         # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
@@ -366,6 +408,14 @@ def plan_submit(
                 canonical=canonical_text,
                 approvals_required=spec.approval.approvers,
                 expires_at=now + timedelta(seconds=action.spec.approval.plan_ttl),
+                correlation_id=correlation_id,
+            )
+            logcontext.bind_plan(plan)
+            log.info("plan %s proposed: %s (%s)", plan.id, action.name, action.consequence_class)
+            counted_on_commit(
+                PLANS_PROPOSED.labels(
+                    action=action.name, consequence_class=action.consequence_class
+                ).inc
             )
             audit_record(
                 kind="plan.proposed",

@@ -36,6 +36,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections, transaction
 
+from actions.lib.metrics import LONGPOLL_WAITERS
+
 from .models import Plan, PlanStatus
 
 log = logging.getLogger(__name__)
@@ -99,8 +101,9 @@ def plan_changed(plan_id: Any, status: str) -> None:
 
 
 def is_wakeup(callback: Callable[..., Any]) -> bool:
-    """Is this on-commit callback a long-poll wake-up? (Tests counting callbacks.)"""
-    return getattr(callback, "plan_wakeup", False)
+    """Is this on-commit callback a long-poll wake-up, or the metrics counting a move
+    (approvals.lifecycle), rather than work handed over? (Tests counting callbacks.)"""
+    return getattr(callback, "plan_wakeup", False) or getattr(callback, "metrics_only", False)
 
 
 # --- database calls from async code -----------------------------------------------------
@@ -167,6 +170,7 @@ class Watcher:
     def register(self, plan_id: str) -> Waiter:
         waiter = Waiter()
         self.waiters.setdefault(plan_id, set()).add(waiter)
+        LONGPOLL_WAITERS.inc()
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
@@ -176,8 +180,9 @@ class Watcher:
 
     def unregister(self, plan_id: str, waiter: Waiter) -> None:
         waiters = self.waiters.get(plan_id)
-        if waiters is not None:
+        if waiters is not None and waiter in waiters:
             waiters.discard(waiter)
+            LONGPOLL_WAITERS.dec()
             if not waiters:
                 del self.waiters[plan_id]
 

@@ -213,7 +213,12 @@ class Deployment:
         user.user_permissions.add(Permission.objects.get(codename="review_plan"))
         self.reviewer = get_user_model().objects.get(pk=user.pk)
 
+        # As production runs: every process's counters in one directory (multiprocess
+        # mode), so B1 pays what a deployment pays for its metrics.
+        self.metrics_dir = self.work / "metrics"
+        self.metrics_dir.mkdir(exist_ok=True)
         common = {
+            "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir),
             "REDIS_URL": self.args.redis_url,
             "COUNTERSIGN_RATE_LIMIT": "1000000/minute",
             # Production's default: persistent connections (tests use 0).
@@ -568,6 +573,49 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
     say(f"B1 floor x{sizes.b1_concurrency}")
     out["floor"] = floor(d, sizes, sizes.b1_concurrency)
     out["of_floor"] = out["submit"]["per_second"] / max(out["floor"]["per_second"], 1e-9)
+    out["metrics"] = b1_metrics_cost(d, out["submit"]["latency_ms"]["p50"])
+    return out
+
+
+def b1_metrics_cost(d: Deployment, submit_p50_ms: float) -> dict:
+    """The metrics' share of a submission: the counts and the JSON log line one
+    submission makes, timed in a process of its own in multiprocess mode
+    (bench/metrics_cost.py), against B1's median; and what one scrape of /metrics
+    costs (the processes' files plus the database's figures, read when scraped)."""
+    import httpx
+
+    scratch = d.work / "metrics-cost"
+    scratch.mkdir(exist_ok=True)
+    child = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "metrics_cost.py")],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    cost = json.loads(child.stdout)
+    scrapes, size = [], 0
+    with httpx.Client(base_url=d.url, timeout=10) as http:
+        for _ in range(20):
+            t0 = time.perf_counter()
+            response = http.get("/metrics")
+            scrapes.append((time.perf_counter() - t0) * 1000)
+            response.raise_for_status()
+            size = len(response.content)
+    per_submit = cost["counts_us"] + cost["json_line_us"]
+    out = {
+        **cost,
+        "per_submit_us": per_submit,
+        "share_of_submit_p50": per_submit / 1000 / submit_p50_ms if submit_p50_ms else None,
+        "scrape_ms": summary(scrapes),
+        "scrape_bytes": size,
+    }
+    say(
+        f"B1 metrics: {per_submit:.1f} µs per submission (counts {cost['counts_us']:.1f}, "
+        f"JSON line {cost['json_line_us']:.1f}), {out['share_of_submit_p50'] or 0:.3%} of the "
+        f"p50 {submit_p50_ms:.1f} ms; a scrape p50 {out['scrape_ms']['p50']:.1f} ms, {size} B"
+    )
     return out
 
 

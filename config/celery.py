@@ -11,6 +11,8 @@ from celery.signals import import_modules, task_postrun, task_prerun, worker_ini
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from actions.lib import logcontext
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,38 @@ def _close_old_connections(**kwargs) -> None:
     if task is not None and getattr(task.request, "is_eager", False):
         return
     close_old_connections()
+
+
+# The tasks whose first argument is a plan id (actions/lib/dispatch.py).
+_PLAN_TASKS = frozenset(
+    {"executors.execute_plan", "executors.reconcile", "executors.follow_pending"}
+)
+
+
+@task_prerun.connect
+def _bind_log_context(task=None, args=None, **kwargs) -> None:
+    """What the publisher's log lines were about (the message's headers), bound for the
+    task's own lines; a task about one plan names it even when the publisher did not
+    (the sweeper). Eager tasks run in the caller's context and keep it."""
+    if task is None or getattr(task.request, "is_eager", False):
+        return
+    request = task.request
+    values = getattr(request, logcontext.HEADER, None)
+    if values is None:
+        values = (getattr(request, "headers", None) or {}).get(logcontext.HEADER)
+    values = dict(values) if isinstance(values, dict) else {}
+    if task.name in _PLAN_TASKS and args:
+        values["plan_id"] = str(args[0])
+    request._countersign_log_token = logcontext.replace(values)
+
+
+@task_postrun.connect
+def _reset_log_context(task=None, **kwargs) -> None:
+    token = getattr(getattr(task, "request", None), "_countersign_log_token", None)
+    if token is not None:
+        logcontext.reset(token)
+        # Nothing of this task's plan is left for the process's next task.
+        logcontext.replace({})
 
 
 @worker_init.connect
@@ -57,20 +91,40 @@ class Heartbeat(bootsteps.StartStopStep):
     def __init__(self, worker, **kwargs) -> None:
         super().__init__(worker, **kwargs)
         self.tref = None
+        self.stopped = False
 
     def start(self, worker) -> None:
-        self.name = f"worker:{worker.hostname}"
+        # As in _beat: the models (and so approvals) can only be imported once running.
+        from approvals.heartbeats import worker_heartbeat_name  # noqa: PLC0415
+
+        self.name = worker_heartbeat_name(worker.hostname)
         self._beat(started=True)
         self.tref = worker.timer.call_repeatedly(
             settings.COUNTERSIGN_HEARTBEAT_SECONDS, self._beat, priority=10
         )
 
     def stop(self, worker) -> None:
+        self.stopped = True
         if self.tref is not None:
             self.tref.cancel()
             self.tref = None
+        # A worker that stops cleanly says so at once: the readiness check and the
+        # dashboard need not wait three periods to stop counting it.
+        from approvals.heartbeats import heartbeat_forget  # noqa: PLC0415 - as in _beat
+
+        try:
+            heartbeat_forget(name=self.name)
+        except Exception as exc:  # noqa: BLE001 - the database is down: it goes stale
+            log.warning("could not remove the worker heartbeat: %s", type(exc).__name__)
+        finally:
+            connection.close()
+
+    def terminate(self, worker) -> None:
+        self.stop(worker)
 
     def _beat(self, started: bool = False) -> None:
+        if self.stopped:
+            return  # a beat already due when the worker stopped must not bring it back
         # This module is imported with the settings (config/__init__.py), before
         # Django's apps are loaded: the models can only be imported once it runs.
         from approvals.heartbeats import (  # noqa: PLC0415

@@ -139,6 +139,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: what a request's log lines are about starts empty (actions/lib/logcontext.py).
+    "actions.lib.logcontext.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -365,6 +367,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("COUNTERSIGN_SSL_REDIRECT", True)
+    # Probes and scrapers talk to the processes directly, over plain HTTP on the host.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
     SECURE_HSTS_SECONDS = env_int("COUNTERSIGN_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
@@ -574,17 +578,47 @@ if COUNTERSIGN_ENV == "test":
     # Test runs on one machine share a Redis: keep their keys apart.
     CACHES["default"]["KEY_PREFIX"] = f"test-{os.getpid()}"
 
+# One JSON object per line in production, plain text elsewhere; every line about a plan
+# carries its id, correlation id, agent and action (actions/lib/logcontext.py).
+COUNTERSIGN_LOG_FORMAT = env_str("COUNTERSIGN_LOG_FORMAT", "json" if PRODUCTION else "plain")
+if COUNTERSIGN_LOG_FORMAT not in {"json", "plain"}:
+    raise ImproperlyConfigured("COUNTERSIGN_LOG_FORMAT must be json or plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "actions.lib.logcontext.ContextFilter"}},
+    "formatters": {
+        "plain": {"()": "actions.lib.logcontext.PlainFormatter"},
+        "json": {"()": "actions.lib.logcontext.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": COUNTERSIGN_LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("COUNTERSIGN_LOG_LEVEL", "INFO")},
     "loggers": {
         # httpx logs full URLs at INFO; upstream URLs are internal, keep them out.
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # uvicorn's own lines in the same format, through the same handler.
+        "uvicorn": {"handlers": ["console"], "propagate": False},
+        "uvicorn.error": {"handlers": [], "propagate": True},
+        "uvicorn.access": {"handlers": ["console"], "propagate": False},
     },
 }
+
+# --- Operations (approvals/monitoring.py, docs/deployment.md) ---------------------------
+# GET /metrics: a bearer token (compared in constant time), or client addresses in these
+# networks (CIDR), or both (either suffices). With neither, /metrics answers 404. In
+# embedded mode and tests the loopback may scrape without a token.
+COUNTERSIGN_METRICS_TOKEN = env_str("COUNTERSIGN_METRICS_TOKEN")
+COUNTERSIGN_METRICS_ALLOW = env_list(
+    "COUNTERSIGN_METRICS_ALLOW", [] if PRODUCTION else ["127.0.0.1/32", "::1/128"]
+)
+# GET /healthz and /readyz need no sign-in; requests per client address per window.
+COUNTERSIGN_HEALTH_RATE_LIMIT = env_str("COUNTERSIGN_HEALTH_RATE_LIMIT", "120/minute")
 
 NINJA_PAGINATION_PER_PAGE = 50

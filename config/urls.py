@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 from approvals import oidc
 from approvals.api import api
 from approvals.login import LoginView, ThrottledAdminAuthenticationForm
+from approvals.views import ops
 
 # The admin's sign-in is throttled like the reviewers' (approvals/login.py).
 admin.site.login_form = ThrottledAdminAuthenticationForm
@@ -14,6 +15,10 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="approvals:queue", permanent=False)),
     # Browsers ask for /favicon.ico whatever the page's <link rel="icon"> says.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    # Probes and scrapers (docs/deployment.md): no sign-in.
+    path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
     path("plans/", include("approvals.urls")),
     path("api/v1/", api.urls),
     path("accounts/login/", LoginView.as_view(), name="login"),

@@ -10,6 +10,7 @@ from its record, without acting twice), which only a worker can open the credent
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +36,8 @@ from .vault import open_write_secret
 
 # Seconds before each automatic reconciliation of an unknown outcome; after the last one
 # comes up inconclusive, the plan waits for a person ("check now" or resolve).
+log = logging.getLogger(__name__)
+
 RECONCILE_DELAYS = (2.0, 10.0, 60.0, 300.0, 1800.0)
 # The first status request of accepted work; then 1 s, 2 s, 4 s... up to a minute.
 FIRST_FOLLOW_SECONDS = 1.0
@@ -139,6 +142,9 @@ def reconcile(*, plan_id, actor: str = EXECUTOR) -> str:
             state, finding = read_back(plan)
     except (PreviewError, UpstreamError) as exc:
         state, finding = None, {"verdict": f"could not read the upstream: {exc}"}
+        # The plan's fields are on the line (the task binds them); the text is ours
+        # (fixed messages and filtered previews), never the upstream's raw answer.
+        log.warning("reconciliation inconclusive: could not read the upstream (%s)", exc)
     except VaultError:
         # A worker without the worker key (misconfigured): it cannot repeat the request.
         state, finding = None, {"verdict": "the write credential cannot be opened here"}

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from actions.lib import dispatch
+from actions.lib import dispatch, logcontext
 from actions.lib.actors import SWEEPER
 from actions.lib.exceptions import InvalidTransition
 from approvals.heartbeats import heartbeat_record
@@ -48,7 +48,8 @@ def sweep(*, now=None) -> dict[str, int]:
         "looks": 0,
     }
     for plan_id in _lost_wakeups(now, report):
-        with transaction.atomic():
+        # Each plan's lines (and the message published for it) name that plan only.
+        with logcontext.scope(plan_id=plan_id), transaction.atomic():
             if Plan.objects.filter(id=plan_id, status=PlanStatus.APPROVED).update(enqueued_at=now):
                 dispatch.on_commit(dispatch.EXECUTE_PLAN, plan_id)
                 report["requeued"] += 1
@@ -56,10 +57,11 @@ def sweep(*, now=None) -> dict[str, int]:
     for plan in Plan.objects.filter(
         status=PlanStatus.EXECUTING, claimed_at__lte=lease_before
     ).select_related("action")[:500]:
-        try:
-            report[_settle_lost_worker(plan, now)] += 1
-        except InvalidTransition:
-            pass  # the worker finished meanwhile
+        with logcontext.scope(**logcontext.plan_fields(plan)):
+            try:
+                report[_settle_lost_worker(plan, now)] += 1
+            except InvalidTransition:
+                pass  # the worker finished meanwhile
     report["looks"] = _overdue_looks(now)
     return report
 
@@ -198,7 +200,7 @@ def _overdue_looks(now) -> int:
     )
     published = 0
     for plan_id, status, due_at in overdue:
-        with transaction.atomic():
+        with logcontext.scope(plan_id=plan_id), transaction.atomic():
             if Plan.objects.filter(id=plan_id, status=status, next_check_at=due_at).update(
                 next_check_at=now
             ):

@@ -4,6 +4,7 @@ tests, a real web server and a real Celery worker."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import uuid
@@ -339,6 +340,21 @@ def secrets_in(text: str, tokens=()) -> list[str]:
     return [what for secret, what in known_secrets(tokens) if secret in text]
 
 
+def log_leaks(text: str, tokens=()) -> list[str]:
+    """What a process's log leaks: each JSON line is read as JSON (a value escaped in it
+    is compared as written), every other line as it is."""
+    found: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        decoded = line
+        if line.startswith("{"):
+            try:
+                decoded = " ".join(str(v) for v in json.loads(line).values())
+            except ValueError:
+                found.append(f"line {number}: not one JSON object")
+        found += [f"line {number}: {what}" for what in secrets_in(decoded + line, tokens)]
+    return found
+
+
 def canary_leaks(url: str, headers, body, *, internal_urls=(), tokens=()) -> list[str]:
     """What the response to ``url`` leaks (empty if nothing)."""
     if isinstance(body, bytes):
@@ -406,6 +422,17 @@ class CanaryLogHandler(logging.Handler):
             self.canary.leaks.append(
                 f"a {record.levelname} log record of {record.name} carries {', '.join(found)}"
             )
+
+
+@pytest.fixture(autouse=True)
+def _log_context():
+    """Each test starts with nothing bound for its log lines (a service called in one
+    test binds its plan for the rest of the thread, as it does for a request)."""
+    from actions.lib import logcontext
+
+    token = logcontext.replace({})
+    yield
+    logcontext.reset(token)
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,9 @@ credential, the upstream's address or a stack trace. These tests prove it fires.
 
 from __future__ import annotations
 
+import json
+import logging
+
 import httpx
 import pytest
 from django.http import HttpResponse
@@ -116,3 +119,17 @@ def test_the_canary_knows_the_oauth_client_secret_and_issued_tokens(upstream, ca
     with pytest.raises(CanaryLeak, match="access token"):
         canary.check(API, [], f"token {token}")
     canary.leaks.clear()
+
+
+def test_the_log_canary_reads_json_lines_as_json():
+    from actions.lib import logcontext
+    from tests.conftest import log_leaks
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "sent %s", (WRITE_TOKEN,), None)
+    line = logcontext.JsonFormatter().format(record)
+    assert log_leaks(line) == ["line 1: the upstream write token"]
+    # Read as JSON: a secret the encoder escaped is compared as it was written.
+    escaped = json.dumps({"message": WRITE_TOKEN + "\u00e9"}, ensure_ascii=True)
+    assert log_leaks(escaped) == ["line 1: the upstream write token"]
+    assert log_leaks('{"message": broken') == ["line 1: not one JSON object"]
+    assert log_leaks("plain text line, no secret\n" + line) == ["line 2: the upstream write token"]

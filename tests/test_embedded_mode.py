@@ -63,6 +63,16 @@ try:
     sealed = audit_seal()
     report = audit_verify()
     out["audit"] = report.ok and report.events == report.sealed == sealed["events"] > 0
+    # Readiness and metrics on SQLite, the metrics in one process (no multiprocess dir).
+    from approvals.health import readiness
+    from approvals.monitoring import metrics_text
+    ready, body = readiness()
+    out["checks"] = {c["name"]: c["ok"] for c in body["checks"]}
+    text = metrics_text().decode()
+    out["metrics"] = [line for line in text.splitlines() if line.startswith((
+        'countersign_outcomes_total{state="completed"}', "countersign_vault_locked ",
+        "countersign_plans_awaiting_decision ",
+    ))]
 finally:
     upstream.stop()
 print(json.dumps(out))
@@ -100,4 +110,17 @@ def test_a_plan_runs_end_to_end_on_sqlite(tmp_path, worker_keys, audit_keys):
         "revoked_token": True,
         "email": "embedded1@new.example",
         "audit": True,
+        # No worker and no sweeper ran here: not ready, and it says why.
+        "checks": {
+            "database": True,
+            "broker": True,
+            "migrations": True,
+            "sweeper": False,
+            "workers": False,
+        },
+        "metrics": [
+            'countersign_outcomes_total{state="completed"} 2.0',
+            "countersign_plans_awaiting_decision 0.0",
+            "countersign_vault_locked 1.0",
+        ],
     }

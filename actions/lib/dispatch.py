@@ -17,6 +17,8 @@ from functools import partial
 from celery import current_app
 from django.db import transaction
 
+from . import logcontext
+
 log = logging.getLogger(__name__)
 
 # The tasks, by the names their modules register (executors/tasks.py, approvals/tasks.py).
@@ -43,7 +45,11 @@ def publish(name: str, *args, countdown: float | None = None) -> bool:
                 current_app.loader.import_default_modules()
             current_app.tasks[name].apply_async(args=args, countdown=countdown)
         else:
-            current_app.send_task(name, args=args, countdown=countdown)
+            # What the log lines are about travels with the message (config/celery.py
+            # binds it in the worker): one correlation id from submission to effect.
+            context = logcontext.current()
+            headers = {logcontext.HEADER: context} if context else None
+            current_app.send_task(name, args=args, countdown=countdown, headers=headers)
     except Exception:  # noqa: BLE001 - any broker error; the row is the truth
         log.warning("could not publish %s for %s; the sweeper will see to it", name, args)
         return False
@@ -62,3 +68,23 @@ def task_of(callback) -> str | None:
     if isinstance(callback, partial) and callback.func is publish and callback.args:
         return callback.args[0]
     return None
+
+
+def broker_state(*, timeout: float = 2.0) -> tuple[bool, int | None]:
+    """(reachable, messages waiting in the task queue or None if unknown): one
+    connection, bounded by ``timeout``. For the sweeper, the readiness check and the
+    queue depth on /metrics."""
+    queue = current_app.conf.task_default_queue
+    try:
+        with current_app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, timeout=timeout)
+            try:
+                _, count, _ = conn.default_channel.queue_declare(queue=queue, passive=True)
+            except Exception as exc:  # noqa: BLE001
+                # "Not found": Redis keeps no empty list (an empty queue is no queue),
+                # RabbitMQ has none before a worker declared it: either way, 0 waiting.
+                code = getattr(exc, "code", None) or (exc.args[0] if exc.args else None)
+                return True, 0 if str(code) == "404" else None
+            return True, int(count)
+    except Exception:  # noqa: BLE001 - any broker error: unreachable
+        return False, None

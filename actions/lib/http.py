@@ -21,6 +21,7 @@ import httpx
 from django.conf import settings
 
 from .canonical import loads_strict
+from .metrics import UPSTREAM_REQUESTS, status_class
 from .redaction import remember_secrets, scrub_bytes, scrub_text, scrub_value
 
 # A form-encoded body (its pairs are built by the preview; the client only encodes them).
@@ -216,6 +217,24 @@ class _Client:
         return response
 
     def _send(
+        self, method: str, url: str, all_headers: dict[str, str], content: bytes | None
+    ) -> UpstreamResponse:
+        """One request on the wire, counted by connector, role and status class."""
+        labels = {
+            "connector": getattr(self.connector, "name", "") or "unnamed",
+            "role": "read" if self.allowed_methods is not None else "write",
+        }
+        try:
+            response = self._send_once(method, url, all_headers, content)
+        except UpstreamError as exc:
+            UPSTREAM_REQUESTS.labels(
+                **labels, status_class=status_class(None, timeout=exc.timeout)
+            ).inc()
+            raise
+        UPSTREAM_REQUESTS.labels(**labels, status_class=status_class(response.status)).inc()
+        return response
+
+    def _send_once(
         self, method: str, url: str, all_headers: dict[str, str], content: bytes | None
     ) -> UpstreamResponse:
         started = time.monotonic()

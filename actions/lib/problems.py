@@ -6,9 +6,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from . import logcontext
 from .exceptions import CountersignError
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+def current_correlation_id() -> str:
+    """The correlation id bound for this request's log lines, or a new one."""
+    return logcontext.current().get("correlation_id") or str(uuid.uuid4())
 
 
 def problem_body(
@@ -20,13 +26,15 @@ def problem_body(
     errors: list[dict[str, str]] | None = None,
     correlation_id: str | None = None,
 ) -> dict[str, Any]:
-    """A problem document; ``errors`` carry JSON Pointers into what was sent."""
+    """A problem document; ``errors`` carry JSON Pointers into what was sent. Its
+    correlation id is the one this request's log lines carry, when they carry one (a
+    refused submission: the id its lines were written with), else a new one."""
     body: dict[str, Any] = {
         "type": f"urn:countersign:problem:{type}",
         "title": title,
         "status": status,
         "detail": detail,
-        "correlation_id": correlation_id or str(uuid.uuid4()),
+        "correlation_id": correlation_id or current_correlation_id(),
     }
     if errors:
         body["errors"] = errors

@@ -38,7 +38,12 @@ from pydantic import ValidationError as PydanticValidationError
 from actions.lib.bearer import bearer_token
 from actions.lib.canonical import escape_pointer_token
 from actions.lib.exceptions import CountersignError
-from actions.lib.problems import problem_body, problem_body_from, problem_line
+from actions.lib.problems import (
+    current_correlation_id,
+    problem_body,
+    problem_body_from,
+    problem_line,
+)
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
@@ -547,7 +552,7 @@ def build_server(
         except MCPError:
             raise
         except Exception:
-            correlation_id = str(uuid.uuid4())
+            correlation_id = current_correlation_id()
             log.exception("MCP tool error, correlation id %s", correlation_id)
             return error_result(
                 _Internal("an unexpected error; nothing upstream was touched"),

@@ -1,7 +1,8 @@
 """The canary over real processes: an OAuth2 read credential used by the live web server
 and an OAuth2 write credential opened only by the live worker, through a success and an
 upstream error page that echoes every request header and body. Afterwards neither
-process's log nor any database column holds a secret or an access token."""
+process's log nor any database column holds a secret or an access token, and neither do
+the /readyz, /metrics and /healthz answers (JSON log lines: tests/e2e/test_operations.py)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,12 @@ def test_live_logs_and_columns_hold_no_secret(agent_api, rita, upstream, live):
         assert secrets_in(log, tokens) == [], f"the live {name}'s log"
     hits, _ = secret_hits(tokens)
     assert hits == []
+
+    # The operations endpoints too (the canary fixture checks every response of the live
+    # server; these say so explicitly): nothing secret, no upstream address.
+    for path in ("/readyz", "/metrics", "/healthz"):
+        response = agent_api.http.get(live["url"] + path)
+        assert response.status_code in (200, 503), path
+        assert secrets_in(response.text, tokens) == [], path
+        assert upstream.url.removeprefix("http://") not in response.text, path
+        assert "Authorization" not in response.text, path
