@@ -91,7 +91,11 @@ def test_a_reconciliation_whose_worker_died_is_still_done_by_the_sweeper(
     # Wait past unknown itself (a settled status for agents): only the heir's sweeper
     # and reconciliation can move the plan on.
     settled = agent_api.wait_for(str(plan.id), SETTLED - {PlanStatus.UNKNOWN}, timeout=90)
-    assert settled["status"] == PlanStatus.COMPLETED, settled
+    assert settled["status"] == PlanStatus.COMPLETED, (
+        settled["outcome"],
+        Attempt.objects.get(plan=plan).reconciliation,
+        [(r["method"], r["path"], r["status"], r["body"]) for r in upstream.requests_log()],
+    )
     # What the agent is told about the write comes from the attempt.
     assert settled["outcome"]["request_sent"] is True
     assert settled["outcome"]["upstream_status"] == 503
