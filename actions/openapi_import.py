@@ -835,6 +835,22 @@ def _encode_path_literals(path: str) -> str:
     )
 
 
+def _undocumented_path_params(
+    names, target: str, properties: dict, required: list, converter, warn, pointer: str
+) -> str:
+    """A template variable the document never describes becomes a required string input
+    (with a warning); returns the target with the variables renamed to their inputs."""
+    for missing in sorted(names):
+        input_name = _identifier(missing)
+        warn(pointer, f"path parameter {missing!r} is not documented")
+        properties[input_name] = converter.convert(
+            {"type": "string"}, pointer, name=input_name, identifier=True
+        )
+        required.append(input_name)
+        target = target.replace("{" + missing + "}", "{" + input_name + "}")
+    return target
+
+
 def _identifier(name: str) -> str:
     """A path-template-safe input name for a path parameter."""
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -1391,14 +1407,9 @@ class _Proposer:
                         warn(pointer, f"header {pname!r} is not forwarded by Countersign")
             else:
                 warn(pointer, f"cookie parameter {pname!r} is not sent")
-        for missing in sorted(path_params):
-            input_name = _identifier(missing)
-            warn(op.pointer, f"path parameter {missing!r} is not documented")
-            properties[input_name] = converter.convert(
-                {"type": "string"}, op.pointer, name=input_name, identifier=True
-            )
-            required.append(input_name)
-            target = target.replace("{" + missing + "}", "{" + input_name + "}")
+        target = _undocumented_path_params(
+            path_params, target, properties, required, converter, warn, op.pointer
+        )
 
         precondition_field = xc.get("precondition_field", "")
         body_skip = {precondition_field[1:]} if precondition_field.count("/") == 1 else set()
@@ -2358,14 +2369,9 @@ class _Proposer:
                 warn(pointer, f"header {pname!r} is not sent by a read")
             else:
                 warn(pointer, f"cookie parameter {pname!r} is not sent")
-        for missing in sorted(path_params):
-            input_name = _identifier(missing)
-            warn(op.pointer, f"path parameter {missing!r} is not documented")
-            properties[input_name] = converter.convert(
-                {"type": "string"}, op.pointer, name=input_name, identifier=True
-            )
-            required.append(input_name)
-            target = target.replace("{" + missing + "}", "{" + input_name + "}")
+        target = _undocumented_path_params(
+            path_params, target, properties, required, converter, warn, op.pointer
+        )
         result = self._result(node, answer_pointer, stack, converter, warn, prefix=prefix)
         if not result:
             return "the answer has no top-level field a result can declare: not proposed"
