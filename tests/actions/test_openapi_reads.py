@@ -683,3 +683,36 @@ def test_the_command_lists_reads_results_and_checks(api, tmp_path):
     assert read.split()[:3] == ["get_job", "read", "observation"]
     assert "      returns: id (string), state (string: queued, done, failed)" in lines
     assert "      checked with: get_job" in lines
+
+
+def test_an_undocumented_path_parameter_becomes_a_required_input_of_writes_and_reads(api):
+    """The template names {Item-Id} but no parameter describes it: both the write and the
+    read take it as a required string input under an identifier's name, with a warning."""
+    item = {
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "note": {"type": "string", "maxLength": 80}},
+    }
+    paths = {
+        "/items/{Item-Id}": {
+            "get": {
+                "operationId": "getItem",
+                "summary": "Read one item",
+                "responses": answer(item),
+            },
+            "patch": {
+                "operationId": "updateItem",
+                "summary": "Change one item's note",
+                "requestBody": json_body(item),
+                "responses": {"200": {"description": "ok"}},
+            },
+        }
+    }
+    report = run(mini(paths), dry_run=True)
+    for name in ("get_item", "update_item"):
+        proposal = report.action(name)
+        definition = proposal.definition
+        assert definition["target"] == "/items/{item_id}", name
+        assert definition["input_schema"]["properties"]["item_id"]["type"] == "string", name
+        assert "item_id" in definition["input_schema"]["required"], name
+        assert has_warning(proposal, "path parameter 'Item-Id' is not documented"), name
+    assert_loadable(report)
