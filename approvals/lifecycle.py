@@ -128,6 +128,19 @@ def counted_on_commit(increment) -> None:
     transaction.on_commit(count)
 
 
+def plan_expire(plan: Plan, *, actor: str, now) -> Plan:
+    """A plan whose time ran out with no decision: the sweeper's pass, and any request
+    that finds it late (a repeat look-up, a decision), end it the same way."""
+    return plan_transition(
+        plan,
+        to=PlanStatus.EXPIRED,
+        actor=actor,
+        event="plan.expired",
+        finished_at=now,
+        outcome_detail="no decision before the plan expired",
+    )
+
+
 def plans_expire(*, now=None) -> int:
     """Expire plans that waited past their time. Returns how many."""
     now = now or timezone.now()
@@ -138,14 +151,7 @@ def plans_expire(*, now=None) -> int:
         # Each plan's lines name that plan only.
         with logcontext.scope(**logcontext.plan_fields(plan)):
             try:
-                plan_transition(
-                    plan,
-                    to=PlanStatus.EXPIRED,
-                    actor=SWEEPER,
-                    event="plan.expired",
-                    finished_at=now,
-                    outcome_detail="no decision before the plan expired",
-                )
+                plan_expire(plan, actor=SWEEPER, now=now)
                 count += 1
             except InvalidTransition:
                 pass  # decided meanwhile

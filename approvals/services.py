@@ -51,7 +51,7 @@ from actions.spec import TemplateError
 
 from .freshness import plan_freshness
 from .grants import grant_approve, grant_match
-from .lifecycle import counted_on_commit, plan_transition
+from .lifecycle import counted_on_commit, plan_expire, plan_transition
 from .models import Approval, IdempotencyRecord, Plan, PlanStatus
 from .notifications import notifications_wanted, notify_awaiting
 from .passkeys import (
@@ -482,14 +482,7 @@ def _awaiting_repeat(*, agent: Agent, fingerprint: str, now) -> Plan | None:
         return None
     plan = Plan.objects.select_related("action").get(pk=row[0])
     if plan.expires_at <= now:
-        plan_transition(
-            plan,
-            to=PlanStatus.EXPIRED,
-            actor=SYSTEM,
-            event="plan.expired",
-            finished_at=now,
-            outcome_detail="no decision before the plan expired",
-        )
+        plan_expire(plan, actor=SYSTEM, now=now)
         return None
     return plan
 
@@ -659,14 +652,7 @@ def approval_record(
         if plan.status != PlanStatus.AWAITING_APPROVAL:
             raise InvalidTransition(f"this plan is {plan.status} and can no longer be decided")
         if plan.expires_at <= now:
-            plan_transition(
-                plan,
-                to=PlanStatus.EXPIRED,
-                actor=SYSTEM,
-                event="plan.expired",
-                finished_at=now,
-                outcome_detail="no decision before the plan expired",
-            )
+            plan_expire(plan, actor=SYSTEM, now=now)
             failure = InvalidTransition("this plan expired before a decision")
         elif not plan_fingerprint_matches(plan) or fingerprint_seen != plan.fingerprint:
             audit_record(
