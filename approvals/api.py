@@ -310,10 +310,16 @@ def list_actions(request: HttpRequest):
 
 # --- plans --------------------------------------------------------------------------
 
+_UNREAD = object()
+
 
 def request_sent(plan: Plan) -> bool | None:
-    """Did the write leave the gateway? True, False, or None when nobody can know."""
-    state = Attempt.objects.filter(plan=plan).values_list("state", flat=True).first()
+    """Did the write leave the gateway? True, False, or None when nobody can know.
+
+    The attempt's state as read with the plan (selectors.plan_for_agent), or read now."""
+    state = getattr(plan, "attempt_state", _UNREAD)
+    if state is _UNREAD:
+        state = Attempt.objects.filter(plan=plan).values_list("state", flat=True).first()
     if state is None:
         return False
     sent = Attempt.State(state).request_sent()
