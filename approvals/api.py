@@ -13,13 +13,14 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.responses import Status
 from ninja.security import HttpBearer
+from psycopg_pool import PoolTimeout
 from pydantic import Field
 
 from actions.lib.bearer import bearer_token
@@ -216,6 +217,22 @@ def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return problem_from(BodyTooLarge(f"at most {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"))
 
 
+@api.exception_handler(DatabaseError)
+def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    # Every pooled connection stayed busy for COUNTERSIGN_DB_POOL_TIMEOUT seconds (the
+    # web process is overloaded): ask the agent to come back rather than report a fault.
+    if isinstance(exc.__cause__, PoolTimeout):
+        log.warning("agent API: no database connection free in the pool; answered 503")
+        return problem(
+            status=503,
+            type="busy",
+            title="The service is busy",
+            detail="try again shortly",
+            headers={"Retry-After": "1"},
+        )
+    return _unexpected(request, exc)
+
+
 @api.exception_handler(Exception)
 def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     # The id this request's lines already carry, if any: one grep finds them all.
@@ -293,10 +310,16 @@ def list_actions(request: HttpRequest):
 
 # --- plans --------------------------------------------------------------------------
 
+_UNREAD = object()
+
 
 def request_sent(plan: Plan) -> bool | None:
-    """Did the write leave the gateway? True, False, or None when nobody can know."""
-    state = Attempt.objects.filter(plan=plan).values_list("state", flat=True).first()
+    """Did the write leave the gateway? True, False, or None when nobody can know.
+
+    The attempt's state as read with the plan (selectors.plan_for_agent), or read now."""
+    state = getattr(plan, "attempt_state", _UNREAD)
+    if state is _UNREAD:
+        state = Attempt.objects.filter(plan=plan).values_list("state", flat=True).first()
     if state is None:
         return False
     sent = Attempt.State(state).request_sent()

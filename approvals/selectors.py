@@ -26,8 +26,19 @@ def actions_for_agent(agent: Agent) -> QuerySet[Action]:
 
 
 def plan_for_agent(agent: Agent, plan_id: uuid.UUID | str) -> Plan:
-    """One of the agent's own plans; another agent's plan is as absent as a missing one."""
-    plan = Plan.objects.select_related("action").filter(id=plan_id, agent=agent).first()
+    """One of the agent's own plans; another agent's plan is as absent as a missing one.
+
+    Its attempt's state comes in the same query (``attempt_state``, None without one),
+    read in the same snapshot as the plan: what the API says of a settled plan's write
+    (``request_sent``) costs no second round trip."""
+    plan = (
+        Plan.objects.select_related("action")
+        .annotate(
+            attempt_state=Subquery(Attempt.objects.filter(plan=OuterRef("pk")).values("state")[:1])
+        )
+        .filter(id=plan_id, agent=agent)
+        .first()
+    )
     if plan is None:
         raise NotFound("no such plan for this agent")
     return plan

@@ -185,6 +185,16 @@ def read_tree(pid: int) -> Reading:
     return Reading(rss, cpu, threads, count)
 
 
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores (/proc/stat):
+    what every process took, this run's and anyone else's."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle, iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return (total - idle) / CLOCK_TICKS, total / CLOCK_TICKS
+
+
 def machine_facts() -> dict:
     import platform
 

@@ -262,9 +262,10 @@ queue of the run's own. The harness is `bench/run.py`, this page `bench/report.p
 
 Settings as in production except where a figure needs otherwise: the per-agent rate limit
 raised out of the way (`1000000/minute`, still counted in Redis), log level WARNING.
-Database connections as docs/deployment.md advises: none kept by the web server
-(`COUNTERSIGN_DB_CONN_MAX_AGE=0`: under ASGI each request's thread would keep its own),
-persistent in the workers (`60`).
+Database connections as docs/deployment.md advises: in the web server a pool per process
+(`COUNTERSIGN_DB_POOL_SIZE`, 16 by default under ASGI, `--db-pool` to change it; a request
+borrows a connection and gives it back), persistent in the workers
+(`COUNTERSIGN_DB_CONN_MAX_AGE=60`).
 """
     )
 

@@ -59,6 +59,7 @@ from bench.procs import (  # noqa: E402
     base_env,
     database_url,
     drop_database,
+    machine_cpu,
     machine_facts,
     read_tree,
     scratch_database,
@@ -236,12 +237,16 @@ class Deployment:
         self.web_env = {
             **env,
             # Under ASGI, Django's advice: no persistent connections (each request's
-            # thread would keep its own). Workers are plain processes and keep theirs.
+            # thread would keep its own); config/asgi.py gives each web process a pool
+            # instead (--db-pool). Workers are plain processes and keep theirs.
             "COUNTERSIGN_DB_CONN_MAX_AGE": "0",
             "COUNTERSIGN_BENCH": "1",
             "COUNTERSIGN_BENCH_UPSTREAM": self.upstream_url,
             "COUNTERSIGN_BENCH_READ_TOKEN": self.read_token,
         }
+        if self.args.db_pool is not None:
+            # Otherwise the web processes' own default (config/asgi.py).
+            self.web_env["COUNTERSIGN_DB_POOL_SIZE"] = str(self.args.db_pool)
         self.worker_env = {
             **env,
             "COUNTERSIGN_WORKER_KEY_FILE": str(key_file),
@@ -531,6 +536,7 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
             ("submit", "/api/v1/plans"),
         ] * 2:
             say(f"B1 {name} {half:g} s x{sizes.b1_concurrency}")
+            web0, machine0, t0 = d.web_reading(), machine_cpu(), time.monotonic()
             run = d.load(
                 {
                     "mode": "submit",
@@ -543,6 +549,12 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
                     "warmup": 1.0,
                 }
             )
+            wall = time.monotonic() - t0
+            web1, machine1 = d.web_reading(), machine_cpu()
+            run["web_cpu_seconds"] = web1.cpu_seconds - web0.cpu_seconds
+            run["machine_busy_seconds"] = machine1[0] - machine0[0]
+            run["machine_total_seconds"] = machine1[1] - machine0[1]
+            run["wall_seconds"] = wall
             runs[name].append(run)
             if name == "submit":
                 offset = run["next"]
@@ -566,6 +578,12 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
             "per_second": count / elapsed if elapsed else 0.0,
             "errors": errors,
             "latency_ms": summary(latencies),
+            # Cores the web processes kept busy, and the share of the whole machine's
+            # CPU in use (anyone's), over the rounds (their warm-up included).
+            "web_cores": sum(p["web_cpu_seconds"] for p in parts)
+            / max(sum(p["wall_seconds"] for p in parts), 1e-9),
+            "machine_busy": sum(p["machine_busy_seconds"] for p in parts)
+            / max(sum(p["machine_total_seconds"] for p in parts), 1e-9),
         }
     out["ratio"] = out["submit"]["per_second"] / max(out["baseline"]["per_second"], 1e-9)
     out["web_rss_peak_kb"] = max(samples, default=0)
@@ -652,10 +670,13 @@ def b7_decisions(d: Deployment, sizes: Sizes) -> dict:
         )
     say(f"B7 {len(plans)} decisions by {len(lanes)} reviewers over HTTP")
     with seal_lag() as lags:
+        web0, workers0, machine0 = d.web_reading(), d.worker_readings(), machine_cpu()
         run = d.load({"mode": "decide", "lanes": lanes})
+        web1, machine1 = d.web_reading(), machine_cpu()
         ids = [p["id"] for p in plans]
         decided = Plan.objects.filter(id__in=ids).exclude(status="awaiting_approval").count()
         settled = wait_settled(ids, 120 + len(ids) / 5)
+        workers1 = d.worker_readings()  # once every approved plan has been executed
         deadline = time.monotonic() + 30
         while lags and lags[-1] > 0 and time.monotonic() < deadline:
             time.sleep(0.25)
@@ -669,6 +690,20 @@ def b7_decisions(d: Deployment, sizes: Sizes) -> dict:
         "latency_ms": summary(run["latencies"]),
         "outcomes": _count(settled.values()),
         "seal_lag": lag_summary(lags),
+        # Where the CPU went: the web processes' while the reviewers posted, the
+        # workers' until every approved plan was executed (milliseconds per decision),
+        # and how busy the whole machine was while they posted (every core, every
+        # process on it, this run's or not).
+        "cpu_ms_per_decision": {
+            "web": (web1.cpu_seconds - web0.cpu_seconds) * 1000 / len(plans),
+            "workers": sum(
+                after.cpu_seconds - before.cpu_seconds
+                for before, after in zip(workers0, workers1, strict=True)
+            )
+            * 1000
+            / len(plans),
+        },
+        "machine_busy": (machine1[0] - machine0[0]) / max(machine1[1] - machine0[1], 1e-9),
     }
 
 
@@ -1160,6 +1195,13 @@ def main(argv: list[str] | None = None) -> int:
         "to real history and about three times as slow to seed",
     )
     parser.add_argument(
+        "--db-pool",
+        type=int,
+        default=None,
+        help="database connections pooled per web process (COUNTERSIGN_DB_POOL_SIZE; "
+        "0: a new connection per request; default: the web processes' own, 16)",
+    )
+    parser.add_argument(
         "--only", default="", help="comma-separated scenarios, e.g. B1,B4 (default: all)"
     )
     parser.add_argument(
@@ -1205,6 +1247,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": {
             "web_workers": args.web_workers,
             "celery_workers": args.workers,
+            "db_pool": args.db_pool,
             "history": history,
             "sizes": asdict(sizes),
         },

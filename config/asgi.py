@@ -14,6 +14,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # (dozens at once under load). Close it when the request finishes instead, as Django
 # advises for ASGI; Celery workers keep their persistent connections.
 os.environ.setdefault("COUNTERSIGN_DB_CONN_MAX_AGE", "0")
+# On PostgreSQL, a pool per process instead of a new connection per request (a server
+# backend started and stopped for every request): a request borrows a connection at its
+# first query and gives it back when it finishes (docs/deployment.md). 0 turns it off.
+os.environ.setdefault("COUNTERSIGN_DB_POOL_SIZE", "16")
 
 # The pages need their stylesheet and the vendored htmx (no CDN); uvicorn serves no files
 # itself, so the app does, from the static finders (a front proxy may take /static/ over).

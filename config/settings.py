@@ -203,6 +203,21 @@ def database_from_url(url: str) -> dict:
         options: dict = {}
         if "sslmode" in query:
             options["sslmode"] = query["sslmode"]
+        # A connection pool per process (psycopg_pool, through Django): the web
+        # processes' setting (config/asgi.py), where each request runs on a thread of its
+        # own and a persistent connection could not be reused. A request borrows a
+        # connection at its first query and gives it back when it finishes (Django
+        # closes it at the end of every request); the pool checks it before lending it
+        # (CONN_HEALTH_CHECKS) and rolls back anything left open when it comes back.
+        pool_size = env_int("COUNTERSIGN_DB_POOL_SIZE", 0)
+        if pool_size > 0:
+            options["pool"] = {
+                "min_size": min(2, pool_size),
+                "max_size": pool_size,
+                # A request waits this long for a free connection, then fails.
+                "timeout": env_int("COUNTERSIGN_DB_POOL_TIMEOUT", 10),
+                "name": "countersign-web",
+            }
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.lstrip("/")) or "countersign",
@@ -210,7 +225,8 @@ def database_from_url(url: str) -> dict:
             "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname or "",
             "PORT": str(parts.port or ""),
-            "CONN_MAX_AGE": env_int("COUNTERSIGN_DB_CONN_MAX_AGE", 60),
+            # Pooled connections go back to the pool after each request instead.
+            "CONN_MAX_AGE": 0 if pool_size > 0 else env_int("COUNTERSIGN_DB_CONN_MAX_AGE", 60),
             "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
         }

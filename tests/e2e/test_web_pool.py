@@ -1,0 +1,127 @@
+"""A web process under ASGI borrows its database connections from a bounded pool
+(COUNTERSIGN_DB_POOL_SIZE, config/asgi.py): many requests at once never open more than
+the pool's size, the connections outlive the requests that used them, and what the
+pool hands back is exact: an agent revoked between two requests is refused on the very
+next one, whichever pooled connection serves it (the catalog cache reads the
+generation on every request, docs/scaling.md)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from django.db import connection
+
+from actions.services import agent_create, agent_revoke
+from demo.processes import start_web
+
+pytestmark = pytest.mark.e2e
+
+POOL = 2
+
+
+def _backends() -> set[int]:
+    """Client backends on this database other than this thread's own."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+@pytest.fixture
+def pooled_web(live_env, live_logs, transactional_db, catalog, canary):
+    """Start a web server with a pool of ``size``; returns (url, backends before it)."""
+    started = []
+
+    def start(size: int, **env: str) -> tuple[str, set[int]]:
+        before = _backends()
+        proc, url = start_web({**live_env, "COUNTERSIGN_DB_POOL_SIZE": str(size), **env}, live_logs)
+        started.append(proc)
+        canary.ours.add(url)
+        return url, before
+
+    yield start
+    for proc in started:
+        proc.stop(timeout=15)
+
+
+def test_concurrent_requests_share_a_bounded_pool(pooled_web):
+    url, before = pooled_web(POOL)
+    agent, token = agent_create(
+        name="pool-agent", action_names=["update_contact_email"], active=True
+    )
+    headers = {"Authorization": f"Bearer {token}"}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        before = before | {cursor.fetchone()[0]}  # this thread's, seen by the sampler
+    seen: set[int] = set()
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            now = _backends() - before
+            seen.update(now)
+            peak = max(peak, len(now))
+        connection.close()
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            with ThreadPoolExecutor(16) as pool:
+                statuses = list(
+                    pool.map(lambda _: http.get("/api/v1/actions").status_code, range(200))
+                )
+    finally:
+        done.set()
+        sampler.join()
+    assert statuses == [200] * 200
+    # At most the pool's size at any moment, and the same connections throughout
+    # (a connection per request would have shown up to 16 at once, 200 in all).
+    assert 1 <= peak <= POOL
+    assert len(seen) <= POOL
+    # They stay open for the next requests.
+    assert _backends() - before
+
+    # Revoked between two requests: the very next one is refused.
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        assert http.get("/api/v1/actions").status_code == 200
+        agent_revoke(name=agent.name)
+        answers = [http.get("/api/v1/actions").status_code for _ in range(2 * POOL)]
+    assert answers == [401] * (2 * POOL)
+
+
+def test_a_request_that_finds_no_free_connection_is_told_to_come_back(pooled_web, upstream):
+    """One connection, held by a submission whose preview read the upstream answers
+    slowly (a request keeps its connection until it ends): another request waits
+    COUNTERSIGN_DB_POOL_TIMEOUT seconds for it, then gets a 503 with Retry-After, not a
+    500; the pool serves again once the connection is back."""
+    url, _ = pooled_web(1, COUNTERSIGN_DB_POOL_TIMEOUT="1")
+    _, token = agent_create(name="busy-agent", action_names=["update_contact_email"], active=True)
+    headers = {"Authorization": f"Bearer {token}"}
+    upstream.add_fault(method="GET", path_prefix="/contacts/", delay=4)
+    body = {
+        "action": "update_contact_email",
+        "input": {"contact_id": "c-1001", "email": "a@b.test"},
+    }
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(http.post, "/api/v1/plans", json=body)
+            reads = len(upstream.requests_log())
+            deadline = time.monotonic() + 10
+            while len(upstream.requests_log()) == reads and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the submission's read is at the upstream
+            busy = http.get("/api/v1/actions")
+            submitted = slow.result()
+        assert busy.status_code == 503, busy.text
+        assert busy.headers["Retry-After"] == "1"
+        assert busy.json()["type"].endswith("busy")
+        assert submitted.status_code == 201, submitted.text
+        assert http.get("/api/v1/actions").status_code == 200
