@@ -203,6 +203,9 @@ def database_from_url(url: str) -> dict:
         options: dict = {}
         if "sslmode" in query:
             options["sslmode"] = query["sslmode"]
+        # How the connections are named in pg_stat_activity (one name per role, say).
+        if "application_name" in query:
+            options["application_name"] = query["application_name"][:63]
         # A connection pool per process (psycopg_pool, through Django): the web
         # processes' setting (config/asgi.py), where each request runs on a thread of its
         # own and a persistent connection could not be reused. A request borrows a
