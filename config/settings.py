@@ -521,9 +521,9 @@ COUNTERSIGN_BENCH = env_bool("COUNTERSIGN_BENCH", False) and not PRODUCTION
 if COUNTERSIGN_BENCH:
     ROOT_URLCONF = "bench.urls"
 
-# The sealer runs this often (celery beat), signs at most this many events per checkpoint,
-# waits at most this long for transactions that may still commit a lower event number, and
-# keeps its lease this long without renewing it.
+# The sealer runs this often (in each worker holding the audit key), signs at most this
+# many events per checkpoint, waits at most this long for transactions that may still
+# commit a lower event number, and keeps its lease this long without renewing it.
 COUNTERSIGN_SEAL_SECONDS = env_float("COUNTERSIGN_SEAL_SECONDS", 1.0)
 COUNTERSIGN_SEAL_BATCH = env_int("COUNTERSIGN_SEAL_BATCH", 5000)
 COUNTERSIGN_SEAL_WAIT_SECONDS = env_float("COUNTERSIGN_SEAL_WAIT_SECONDS", 2.0)
@@ -567,12 +567,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_DB_REUSE_MAX = 1000
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "executors.sweep", "schedule": COUNTERSIGN_SWEEP_SECONDS},
-    # A seal message older than two periods is dropped: the next one does its work.
-    "seal-audit": {
-        "task": "executors.seal_audit",
-        "schedule": COUNTERSIGN_SEAL_SECONDS,
-        "options": {"expires": 2 * COUNTERSIGN_SEAL_SECONDS},
-    },
+    # The audit trail is sealed by the workers holding its key, from a thread of their
+    # own (config/celery.py, Sealer), never queued behind executions.
 }
 # Where celery beat keeps its schedule (config/celery.py creates the directory when beat
 # starts; a beat that cannot start is seen through the sweeper's heartbeat).

@@ -2,7 +2,7 @@
 tree, with checkpoints signed by a key only the sealer holds; and verifying it all.
 
 Writers never wait for one another (actions.lib.audit). One sealer at a time — the
-lease below, taken by whichever worker runs the ``executors.seal_audit`` beat task —
+lease below, taken in turn by the workers holding the key (config/celery.py, Sealer) —
 reads the events committed since the last checkpoint and signs a new one:
 
     countersign audit checkpoint v1 / origin / tree size / root / last event id /

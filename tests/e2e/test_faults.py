@@ -147,3 +147,42 @@ def test_a_worker_whose_beat_cannot_start_shows_the_sweeper_alarm(private, clien
     page = client.get("/plans/dashboard/").content.decode()
     assert 'class="plain" data-testid="sweeper"' in page
     assert "Sweeper last ran" in page
+
+
+def test_the_audit_trail_is_sealed_while_every_worker_process_is_busy(
+    private, make_plan, reviewer, upstream, monkeypatch, audit_keys
+):
+    """The sealer runs beside the worker's pool, not in its queue: with the only pool
+    process held by a slow write and more executions waiting behind it, a new event is
+    still sealed within a few periods."""
+    from actions.lib.models import AuditCheckpoint
+    from executors.tasks import execute_plan_task
+
+    private.start(
+        "busy",
+        COUNTERSIGN_AUDIT_KEY_FILE=audit_keys["private_file"],
+        COUNTERSIGN_SEAL_SECONDS="0.2",
+    )
+    upstream.add_fault(method="PATCH", path_prefix="/contacts/", delay=12, times=3)
+    plans = [
+        make_plan(input={"contact_id": cid, "email": "ada@new.example"})
+        for cid in ("c-1001", "c-1002", "c-1003")
+    ]
+    for plan in plans:
+        _approve_quietly(plan, reviewer, monkeypatch)
+        execute_plan_task.apply_async((str(plan.id),), queue=private.queue)
+    # The first write is held by the upstream; the others wait in the queue.
+    eventually(lambda: upstream.writes(), timeout=30, what="the first write reaching the upstream")
+    late = make_plan(input={"contact_id": "c-1001", "email": "late@new.example"})
+    newest = late.events.order_by("-id").values_list("id", flat=True).first()
+
+    def covered() -> bool:
+        last = AuditCheckpoint.objects.order_by("-tree_size").first()
+        return last is not None and last.last_event_id >= newest
+
+    eventually(covered, timeout=8, interval=0.1, what="the new event sealed")
+    # Still busy: nothing has been answered yet, so no queued seal could have run.
+    assert all(
+        s in (PlanStatus.APPROVED, PlanStatus.EXECUTING)
+        for s in Plan.objects.filter(pk__in=[p.pk for p in plans]).values_list("status", flat=True)
+    )

@@ -9,8 +9,8 @@ from actions.lib.checkpoints import SealerError, SealingKeyUnavailable, audit_se
 
 class Command(BaseCommand):
     help = (
-        "Integrate the committed audit events into the tree and sign checkpoints (what the "
-        "executors.seal_audit beat task does). Needs COUNTERSIGN_AUDIT_KEY_FILE."
+        "Integrate the committed audit events into the tree and sign checkpoints (what the workers "
+        "holding the key do every COUNTERSIGN_SEAL_SECONDS). Needs COUNTERSIGN_AUDIT_KEY_FILE."
     )
 
     def add_arguments(self, parser):
