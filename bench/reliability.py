@@ -86,6 +86,17 @@ def markdown(fig: dict[str, Any], config: dict[str, Any], *, when: str, command:
         ("keyed re-sends in all (same key)", fig["keyed_resends"]),
         ("**max effects per plan** (upstream state)", f"**{fig['max_effects_per_plan']}**"),
         ("writes not attributable to a plan", fig["unattributed_writes"]),
+        *(
+            [
+                (
+                    "**audit trail after the run** (verify_audit)",
+                    f"**{a['events']} events in {a['checkpoints']} signed checkpoints, "
+                    f"{a['unsealed']} unsealed, {a['problems']} problems**",
+                )
+            ]
+            if (a := fig.get("audit"))
+            else []
+        ),
         ("stopped by the deadline", "yes" if fig["timed_out"] else "no"),
         (
             "seconds: setup / chaos and settling / total",

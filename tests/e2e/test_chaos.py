@@ -195,7 +195,18 @@ def test_chaos_writes_at_most_once_settles_every_plan_and_loses_no_approval(
         # make chaos: bench/reliability.py turns these into docs/reliability.md.
         Path(os.environ["CHAOS_FIGURES"]).write_text(
             json.dumps(
-                {"figures": figures(result, upstream), "config": asdict(config)},
+                {
+                    "figures": {
+                        **figures(result, upstream),
+                        "audit": {
+                            "events": report.events,
+                            "checkpoints": report.checkpoints,
+                            "unsealed": report.unsealed,
+                            "problems": len(report.problems),
+                        },
+                    },
+                    "config": asdict(config),
+                },
                 indent=2,
                 default=str,
             )
