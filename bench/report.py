@@ -716,7 +716,7 @@ after is at the end of the run.
 reviewers at once, each with a session of its own posting the review page's form
 (`POST /plans/<id>/decide`, fingerprint and CSRF token as a browser sends them) one plan
 after the other, against `uvicorn --workers {b7["web_workers"]}`. The Celery workers
-execute the approved plans meanwhile, and the sealer (a beat task in a worker) signs
+execute the approved plans meanwhile, and the sealer (a thread of each worker, by lease) signs
 checkpoints of the audit trail meanwhile. Every decision writes its audit events without
 waiting for any other writer (docs/security.md, *Audit trail*).
 

@@ -250,10 +250,11 @@ class Deployment:
         self.worker_env = {
             **env,
             "COUNTERSIGN_WORKER_KEY_FILE": str(key_file),
-            # The sealer runs in the workers (beat in the first one), as in production.
+            # The workers hold the audit key and seal (one at a time, by lease), as in
+            # production.
             "COUNTERSIGN_AUDIT_KEY_FILE": str(audit_key),
-            # Beat is here for the sealer; the sweeper stays out of the measurements, as
-            # before the sealer existed (no bench scenario loses a message).
+            # The first runs beat, but the sweeper stays out of the measurements (no
+            # bench scenario loses a message).
             "COUNTERSIGN_SWEEP_SECONDS": "3600",
             "COUNTERSIGN_LOG_LEVEL": "INFO",  # the worker's " ready." line
         }
