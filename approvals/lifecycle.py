@@ -27,19 +27,9 @@ from .wakeups import plan_changed
 
 log = logging.getLogger(__name__)
 
-# The states an execution (or whoever settles one later) ends a plan in.
-OUTCOME_STATES = frozenset(
-    {
-        PlanStatus.COMPLETED,
-        PlanStatus.PENDING,
-        PlanStatus.ALREADY_IN_DESIRED_STATE,
-        PlanStatus.REJECTED,
-        PlanStatus.NOT_APPLIED,
-        PlanStatus.STALE,
-        PlanStatus.REFUSED,
-        PlanStatus.UNKNOWN,
-    }
-)
+# The states an execution (or whoever settles one later) ends a plan in: where an
+# execution may go, but back to approved (nothing was sent), from the one table.
+OUTCOME_STATES = TRANSITIONS[PlanStatus.EXECUTING] - {PlanStatus.APPROVED}
 # --- plans ----------------------------------------------------------------------------
 
 
