@@ -44,7 +44,14 @@ from webauthn.helpers import (
     bytes_to_base64url,
     parse_authentication_credential_json,
 )
-from webauthn.helpers.exceptions import InvalidAuthenticationResponse, InvalidRegistrationResponse
+from webauthn.helpers.exceptions import (
+    InvalidAttestationObjectStructure,
+    InvalidAuthenticationResponse,
+    InvalidAuthenticatorDataStructure,
+    InvalidCBORData,
+    InvalidJSONStructure,
+    InvalidRegistrationResponse,
+)
 from webauthn.helpers.structs import (
     AuthenticatorSelectionCriteria,
     PublicKeyCredentialDescriptor,
@@ -58,6 +65,20 @@ from actions.lib.exceptions import InvalidInput, NotAllowed
 
 from .models import Approval, Passkey, Plan
 
+# Whatever a browser (or anyone posting the form) sends may be malformed in any way: each
+# of these is a refusal, never a 500.
+MALFORMED = (
+    InvalidRegistrationResponse,
+    InvalidAuthenticationResponse,
+    InvalidJSONStructure,
+    InvalidCBORData,
+    InvalidAuthenticatorDataStructure,
+    InvalidAttestationObjectStructure,
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+)
 NONCE_SECONDS = 300
 TIMEOUT_MS = 120_000
 DOMAIN = b"countersign-approval-v1\0"
@@ -132,7 +153,7 @@ def passkey_register(*, user, credential: Any, name: str) -> Passkey:
             expected_origin=settings.COUNTERSIGN_WEBAUTHN_ORIGINS,
             require_user_verification=True,
         )
-    except (InvalidRegistrationResponse, ValueError, TypeError, KeyError):
+    except MALFORMED:
         raise InvalidInput("the passkey's registration does not verify") from None
     credential_id = bytes_to_base64url(verified.credential_id)
     transports = (
@@ -254,7 +275,7 @@ def approval_signature_verify(
             credential_current_sign_count=passkey.sign_count,
             require_user_verification=True,
         )
-    except (InvalidAuthenticationResponse, ValueError, TypeError, KeyError) as exc:
+    except MALFORMED as exc:
         raise SignatureRefused(f"the passkey's signature does not verify: {_why(exc)}") from None
     Passkey.objects.filter(pk=passkey.pk).update(
         sign_count=verified.new_sign_count, last_used_at=timezone.now()
@@ -321,7 +342,7 @@ def assertion_problem(approval: Approval, *, revoked_counts: bool = True) -> str
             credential_current_sign_count=0,
             require_user_verification=True,
         )
-    except (InvalidAuthenticationResponse, ValueError, TypeError, KeyError) as exc:
+    except MALFORMED as exc:
         return f"the signature does not verify ({_why(exc)})"
     return None
 

@@ -186,3 +186,35 @@ def test_a_reviewer_revokes_their_own_passkey_only(client, reviewer, second_revi
     mine.refresh_from_db()
     theirs.refresh_from_db()
     assert mine.revoked_at is not None and theirs.revoked_at is None
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [
+        5,
+        "not a credential",
+        {"id": "x"},
+        {"id": "x", "rawId": "x", "type": "public-key", "response": {}},
+        {
+            "id": "x",
+            "rawId": "x",
+            "type": "public-key",
+            "response": {"clientDataJSON": "!!", "attestationObject": "%%"},
+        },
+    ],
+)
+def test_a_malformed_passkey_registration_is_refused_not_a_server_error(
+    client, reviewer, credential
+):
+    from approvals.models import Passkey
+
+    client.force_login(reviewer)
+    assert client.post("/plans/passkeys/options").status_code == 200
+    response = client.post(
+        "/plans/passkeys/register",
+        data={"credential": credential, "name": "mine"},
+        content_type="application/json",
+    )
+    assert response.status_code == 422, response.content
+    assert response.json() == {"error": "the passkey's registration does not verify"}
+    assert not Passkey.objects.filter(user=reviewer).exists()
