@@ -531,8 +531,14 @@ def _chaos(result: ChaosResult, *, upstream, reviewer, redis, workers: Workers, 
                 kills
                 and now >= max(kills[0], calm_until)
                 and ready
-                # Best while a plan executes; a kill never waits more than 5 s for one.
-                and (_executing(plan_ids) or now >= kills[0] + 5 and _in_flight(plan_ids))
+                # Best while a plan executes; a kill never waits more than 5 s for one,
+                # and once every plan is approved and settled it lands on an idle worker
+                # (a kill still due then would otherwise hold the run to its deadline).
+                and (
+                    _executing(plan_ids)
+                    or now >= kills[0] + 5
+                    and (_in_flight(plan_ids) or not to_approve)
+                )
             ):
                 kills.pop(0)
                 victim = rng.choice(ready)
