@@ -394,6 +394,7 @@ class DemoUpstream:
         # Every access token ever issued, kept across resets, so a test can look for them
         # where they must never appear (tests/conftest.py, the canary).
         self._issued_tokens: list[str] = []
+        self.epoch = 0
         self._reset_locked()
         self._routes = self._build_routes()
 
@@ -457,6 +458,10 @@ class DemoUpstream:
             self._reset_locked()
 
     def _reset_locked(self) -> None:
+        # A request that arrived before a reset belongs to the world before it: one still
+        # sleeping in a delay fault is dropped when it wakes, never applied to the fresh
+        # data (a test's slow PATCH would otherwise change the next test's contact).
+        self.epoch += 1
         self._data = _seed()
         self._log: list[dict[str, Any]] = []
         self._faults: list[Fault] = []
@@ -1244,7 +1249,11 @@ class _Handler(BaseHTTPRequestHandler):
         # nothing is processed unless the fault only delays (then it is just a slow upstream).
         response = handle(request) if fault.apply or fault.echo_auth else None
         if fault.delay:
+            epoch = upstream.epoch
             time.sleep(fault.delay)
+            if upstream.epoch != epoch:
+                self._drop()  # reset meanwhile: the request is not processed
+                return
         if fault.close:
             self._drop()  # the log entry keeps status None: nothing was sent
             return

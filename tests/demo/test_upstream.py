@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -375,6 +376,24 @@ def test_fault_delay_causes_client_timeout_after_applying(
     with pytest.raises(httpx.TimeoutException):
         writer.put("/notes/n-1", json={"title": "T", "body": "B"}, timeout=0.1)
     assert upstream.state()["notes"]["n-1"] == {"id": "n-1", "title": "T", "body": "B"}
+
+
+def test_a_delayed_write_that_outlives_a_reset_is_never_applied(
+    upstream: DemoUpstream, reader: httpx.Client, writer: httpx.Client
+) -> None:
+    """A slow PATCH left by one test must not change the next test's data: the request is
+    applied only after its delay, and a reset meanwhile drops it unapplied."""
+    upstream.add_fault(method="PATCH", path_prefix="/contacts/", delay=0.5)
+    seed = upstream.state()["contacts"]["c-1001"]["email"]
+    headers = {"If-Match": _etag(reader, "/contacts/c-1001")}
+    with pytest.raises(httpx.TimeoutException):
+        writer.patch(
+            "/contacts/c-1001", json={"email": "late@example.com"}, headers=headers, timeout=0.1
+        )
+    upstream.reset()
+    time.sleep(0.8)
+    assert upstream.state()["contacts"]["c-1001"]["email"] == seed
+    assert upstream.writes() == []
 
 
 def test_fault_close_drops_connection(upstream: DemoUpstream) -> None:

@@ -86,11 +86,17 @@ def test_a_reconciliation_whose_worker_died_is_still_done_by_the_sweeper(
     doomed.kill(signal.SIGKILL)
     doomed.proc.wait(10)
     assert Plan.objects.get(pk=plan.pk).status == PlanStatus.UNKNOWN
+    # Had the read come just before the fault was set, the fault would wait for the heir.
+    upstream.clear_faults()
 
     private.start("heir", beat=private.logs / "heir-beat")
     # Wait past unknown itself (a settled status for agents): only the heir's sweeper
     # and reconciliation can move the plan on.
-    settled = agent_api.wait_for(str(plan.id), SETTLED - {PlanStatus.UNKNOWN}, timeout=90)
+    try:
+        settled = agent_api.wait_for(str(plan.id), SETTLED - {PlanStatus.UNKNOWN}, timeout=90)
+    except AssertionError as exc:
+        found = Attempt.objects.get(plan=plan).reconciliation
+        raise AssertionError(f"{exc}; the last reconciliation found {found}") from None
     assert settled["status"] == PlanStatus.COMPLETED, (
         settled["outcome"],
         Attempt.objects.get(plan=plan).reconciliation,
