@@ -17,6 +17,7 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from actions.lib import dispatch
+from actions.lib.checkpoints import audit_unsealed_age
 from actions.models import VaultState
 
 from .heartbeats import heartbeat_status, stale_after, sweeper_stale_after
@@ -121,9 +122,9 @@ def readiness() -> tuple[bool, dict[str, Any]]:
 
 
 def database_figures(*, now=None) -> dict[str, float | None]:
-    """What /metrics reads from the database at scrape time (four small queries on
-    indexed columns): the awaiting queue, unsettled unknown outcomes, the heartbeats,
-    the vault."""
+    """What /metrics reads from the database at scrape time (small queries on indexed
+    columns): the awaiting queue, unsettled unknown outcomes, the heartbeats, the vault,
+    the audit trail's unsealed tail."""
     now = now or timezone.now()
     awaiting = Plan.objects.filter(status=PlanStatus.AWAITING_APPROVAL).aggregate(
         n=Count("id"), oldest=Min("created_at"), soonest=Min("expires_at")
@@ -149,4 +150,5 @@ def database_figures(*, now=None) -> dict[str, float | None]:
         "workers_fresh": beats["workers_fresh"],
         "vault_locked": 1.0 if locked else 0.0,
         "sweep_period": float(settings.COUNTERSIGN_SWEEP_SECONDS),
+        "audit_unsealed_age": audit_unsealed_age(now=now),
     }

@@ -118,6 +118,11 @@ class DatabaseCollector:
         yield _gauge(
             "countersign_vault_locked", "1 while the vault is locked.", figures["vault_locked"]
         )
+        yield _gauge(
+            "countersign_audit_unsealed_age_seconds",
+            "Age of the oldest audit event no signed checkpoint covers yet (0 when all are).",
+            figures["audit_unsealed_age"],
+        )
 
 
 _LIVE_GAUGE_FILE = re.compile(r"^gauge_live[a-z]+_(\d+)\.db$")

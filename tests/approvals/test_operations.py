@@ -14,6 +14,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from actions.lib import dispatch, logcontext
+from actions.lib.checkpoints import audit_seal
+from actions.lib.models import AuditEvent
 from actions.models import VaultState
 from approvals.heartbeats import worker_heartbeat_name
 from approvals.models import Heartbeat, Plan
@@ -170,7 +172,7 @@ def test_metrics_need_the_token_or_an_allowed_address(client, db, settings):
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 200
 
 
-def test_metrics_read_the_database_when_scraped(client, make_plan, settings, alive):
+def test_metrics_read_the_database_when_scraped(client, make_plan, settings, alive, sealer_key):
     settings.COUNTERSIGN_METRICS_ALLOW = ["127.0.0.1/32"]
     old = make_plan()
     make_plan(input={"contact_id": "c-1002", "email": "b@new.example"})
@@ -185,6 +187,14 @@ def test_metrics_read_the_database_when_scraped(client, make_plan, settings, ali
     assert found[("countersign_sweeper_lag_seconds", ())] < 3 * settings.COUNTERSIGN_SWEEP_SECONDS
     assert found[("countersign_database_up", ())] == 1
     assert found[("countersign_broker_up", ())] == 1
+    # The proposals' audit events wait for the sealer (none runs here); once sealed, 0.
+    found = samples(client.get("/metrics").content.decode())
+    oldest = AuditEvent.objects.order_by("id").values_list("at", flat=True).first()
+    age = found[("countersign_audit_unsealed_age_seconds", ())]
+    assert 0 < age <= (timezone.now() - oldest).total_seconds()
+    assert audit_seal()["events"] >= 2
+    found = samples(client.get("/metrics").content.decode())
+    assert found[("countersign_audit_unsealed_age_seconds", ())] == 0
     # Counters are there with their labels, and no label holds a plan id or target.
     text = client.get("/metrics").content.decode()
     assert "countersign_upstream_requests_total" in text
