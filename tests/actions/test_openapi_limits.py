@@ -82,6 +82,24 @@ def fifty_megabytes() -> str:
     return '{"openapi": "3.1.0", "paths": {"/a": {}}}' + padding
 
 
+def backtracking_patterns() -> str:
+    """The classic catastrophic pattern (harmless to RE2, so kept) beside a required
+    backreference, which no linear-time engine can check: that operation is refused."""
+    schemas = {
+        "Message": {
+            "type": "object",
+            "required": ["echo"],
+            "properties": {
+                "code": {"type": "string", "pattern": "^(a+)+$", "maxLength": 100},
+                "echo": {"type": "string", "pattern": "^(a+)\\1$", "maxLength": 100},
+            },
+        }
+    }
+    return json.dumps(
+        _document({"/messages": _post("#/components/schemas/Message")}, {"schemas": schemas})
+    )
+
+
 HOSTILE = {
     "path-item-cycle": (path_item_cycle, "path item '/a': recursive schema"),
     "deep-nesting": (deep_arrays, "nested more than 200 levels deep"),
@@ -170,7 +188,33 @@ def test_the_limits_are_the_same_in_the_admin_and_on_the_command_line():
     assert actions_admin.MAX_OPENAPI_BYTES == MAX_DOCUMENT_BYTES == 16 * 1024 * 1024
 
 
+# Documents that are read whole, whose hostile operation alone is refused.
+OPERATION_REFUSED = {
+    "exponential-all-of": (lambda: exponential_all_of(30), "allOf nested more than 24 levels deep"),
+    "backtracking-pattern": (backtracking_patterns, "cannot be checked in linear time"),
+}
+
+
 # --- the command line ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(OPERATION_REFUSED))
+def test_the_command_refuses_a_hostile_operation_and_says_why(api, tmp_path, name):
+    make, message = OPERATION_REFUSED[name]
+    path = tmp_path / f"{name}.json"
+    path.write_text(make())
+    out = io.StringIO()
+
+    _, seconds = timed(
+        lambda: call_command("import_openapi", str(path), "--connector", "api", stdout=out)
+    )
+
+    output = out.getvalue()
+    assert seconds < FAST
+    assert "0 actions proposed" in output and "1 operations refused" in output
+    assert "POST /messages" in output and message in output
+    assert "Traceback" not in output
+    assert Action.objects.count() == 0
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
@@ -221,6 +265,28 @@ def test_the_admin_refuses_hostile_documents_on_the_page(admin_client, api, capl
     assert seconds < FAST
     page = html.unescape(response.content.decode())
     assert message in page or "larger than 16 MiB" in page
+    assert "Traceback" not in page
+    assert not [r for r in caplog.records if r.exc_info]
+    assert Action.objects.count() == 0
+
+
+@pytest.mark.parametrize("name", sorted(OPERATION_REFUSED))
+def test_the_admin_refuses_a_hostile_operation_on_the_page(admin_client, api, caplog, name):
+    make, message = OPERATION_REFUSED[name]
+    upload = SimpleUploadedFile(f"{name}.json", make().encode(), "application/json")
+
+    with caplog.at_level(logging.WARNING):
+        response, seconds = timed(
+            lambda: admin_client.post(
+                reverse("admin:actions_action_import_openapi"),
+                {"connector": api.pk, "file": upload},
+            )
+        )
+
+    assert response.status_code == 200
+    assert seconds < FAST
+    page = html.unescape(response.content.decode())
+    assert "Refused operations (1)" in page and message in page
     assert "Traceback" not in page
     assert not [r for r in caplog.records if r.exc_info]
     assert Action.objects.count() == 0
