@@ -681,6 +681,14 @@ def load_catalog(
     An action whose definition changed gets a new version (and digest): plans previewed
     under the old definition can no longer be approved or executed.
     """
+    return catalog_apply(catalog_document(text, source=source, base_urls=base_urls), actor=actor)
+
+
+def catalog_document(
+    text: str, *, source: str = "<catalog>", base_urls: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A catalog file parsed and validated (CatalogError with every problem, each with its
+    line), ready for ``catalog_apply``; ``base_urls`` override the connectors' addresses."""
     document = parse_catalog_text(text, source)
     for name, url in (base_urls or {}).items():
         document.setdefault("connectors", {}).setdefault(name, {})["base_url"] = url
@@ -690,6 +698,11 @@ def load_catalog(
         for problem in exc.problems:
             problem.line = problem.line or line_of(text, problem.pointer)
         raise
+    return document
+
+
+def catalog_apply(document: dict[str, Any], *, actor: str = "catalog") -> LoadReport:
+    """Store a document ``catalog_document`` validated, in one transaction."""
     report = LoadReport()
     with transaction.atomic():
         for name, spec in (document.get("connectors") or {}).items():

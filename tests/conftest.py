@@ -4,6 +4,7 @@ tests, a real web server and a real Celery worker."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import re
@@ -153,14 +154,25 @@ def upstream(upstream_server):
     read_pool_clear()
 
 
+@pytest.fixture(scope="session")
+def demo_catalog_document(upstream_server, django_db_setup, django_db_blocker) -> dict:
+    """The demo catalog, parsed and validated once for the run (``load_catalog`` does
+    both for every load; the hundreds of tests that load it need it done once). The
+    validation reads the connectors already stored: none yet, in a new test database."""
+    from actions.catalog import catalog_document
+
+    with django_db_blocker.unblock():
+        return catalog_document(DEMO_CATALOG.read_text(), base_urls={"demo": upstream_server.url})
+
+
 @pytest.fixture
-def catalog(db, upstream):
+def catalog(db, upstream, demo_catalog_document):
     """The demo catalog pointed at the test upstream, with read and write credentials."""
-    from actions.catalog import load_catalog
+    from actions.catalog import catalog_apply
     from actions.models import Action, Connector, Credential
     from actions.services import credential_set
 
-    load_catalog(DEMO_CATALOG.read_text(), base_urls={"demo": upstream.url})
+    catalog_apply(copy.deepcopy(demo_catalog_document))
     connector = Connector.objects.get(name="demo")
     credential_set(connector=connector, role=Credential.Role.READ, secret={"token": READ_TOKEN})
     credential_set(connector=connector, role=Credential.Role.WRITE, secret={"token": WRITE_TOKEN})
