@@ -128,7 +128,8 @@ class DatabaseCollector:
 _LIVE_GAUGE_FILE = re.compile(r"^gauge_live[a-z]+_(\d+)\.db$")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Is a process of this host with that id running (whoever's it is)?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -144,7 +145,7 @@ def forget_dead_processes(directory: str) -> None:
     processes no longer running on this host. Counters stay: they are cumulative."""
     for path in Path(directory).glob("gauge_live*_*.db"):
         found = _LIVE_GAUGE_FILE.match(path.name)
-        if found and not _pid_alive(int(found.group(1))):
+        if found and not pid_alive(int(found.group(1))):
             mark_process_dead(int(found.group(1)), directory)
 
 

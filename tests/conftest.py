@@ -45,6 +45,8 @@ def _drop_orphaned_test_databases() -> None:
     import psycopg
     from django.db import connections
 
+    from approvals.monitoring import pid_alive
+
     params = connections["default"].settings_dict
     if not params["ENGINE"].endswith("postgresql"):
         return
@@ -64,20 +66,8 @@ def _drop_orphaned_test_databases() -> None:
         names = [r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()]
         for name in names:
             match = re.fullmatch(base + r"(\d+)", name)
-            if match and not _pid_alive(int(match.group(1))) and int(match.group(1)) != os.getpid():
+            if match and not pid_alive(int(match.group(1))) and int(match.group(1)) != os.getpid():
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _pid_alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @pytest.fixture(scope="session")
