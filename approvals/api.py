@@ -10,7 +10,7 @@ import logging
 import uuid
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, connection
@@ -491,27 +491,30 @@ class WaitQuery(Schema):
     tags=["plans"],
     summary="Read a plan; ?wait=N long-polls for a change",
 )
-async def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQuery]):
+def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQuery]):
     agent: Agent = request.auth
     if not query.wait:
-        plan = await sync_to_async(plan_for_agent)(agent, plan_id)
-        return Status(200, await sync_to_async(plan_out)(plan))
+        return Status(200, plan_out(plan_for_agent(agent, plan_id)))
     # Long-poll: woken by approvals.wakeups (a Redis message, or one batched read per
     # process), never by reading the database per waiter. The first read happens after
     # registering, so a change committed in between is not missed; the request's
-    # connection is given back before waiting. (Under uvicorn, approvals.longpoll does
-    # this wait before Django, so no thread is held either; this path serves the rest.)
+    # connection is given back before waiting. Under the ASGI server, approvals.longpoll
+    # does this wait before Django, holding no thread; this path serves the rest (a
+    # request the gate could not check, Django's test client, a plain WSGI server).
+    return Status(200, plan_out(async_to_sync(_wait_for_plan)(agent, plan_id, query.wait)))
+
+
+async def _wait_for_plan(agent: Agent, plan_id: uuid.UUID, seconds: float) -> Plan:
     read: dict[str, Plan] = {}
 
     async def read_status() -> str:
         read["plan"] = await sync_to_async(_read_releasing)(agent, plan_id)
         return read["plan"].status
 
-    first = await wait_for_change(plan_id, read=read_status, timeout=query.wait)
-    plan = read["plan"]
-    if first not in PlanStatus.terminal():
-        plan = await sync_to_async(plan_for_agent)(agent, plan_id)
-    return Status(200, await sync_to_async(plan_out)(plan))
+    first = await wait_for_change(plan_id, read=read_status, timeout=seconds)
+    if first in PlanStatus.terminal():
+        return read["plan"]
+    return await sync_to_async(plan_for_agent)(agent, plan_id)
 
 
 def _read_releasing(agent: Agent, plan_id: uuid.UUID) -> Plan:

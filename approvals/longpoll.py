@@ -1,10 +1,9 @@
 """Long-polls held in front of Django, so a waiting agent costs a coroutine, not a thread.
 
-Django's ASGI handler runs each request in its own thread-sensitive context: the first
-synchronous piece (a signal receiver, a middleware) starts a thread for that request
-and keeps it until the response is sent. A ``GET /api/v1/plans/{id}?wait=30`` that
-waited inside Django would pin one thread for 30 s, and 1,000 waiting agents 1,000
-threads.
+Django runs on a fixed pool of threads per web process (config/asgi.py). A
+``GET /api/v1/plans/{id}?wait=30`` that waited inside Django would hold one of them, and
+its database connection, for 30 s: sixteen waiting agents would stop the process from
+serving anything else.
 
 :class:`LongPollGate` therefore does the waiting itself, before Django sees the
 request: it checks the token and that the plan is the agent's (one short query each, on
@@ -12,10 +11,10 @@ a pooled thread whose connection is closed at once), waits for the plan's status
 change through :mod:`approvals.wakeups`, and then hands the request to Django *without*
 ``wait``, so Django answers it as an ordinary read, with the same rendering, headers
 and errors (at most ``COUNTERSIGN_LONGPOLL_CONCURRENCY`` at a time per process, so a
-thousand plans settling at once do not become a thousand threads and connections).
-Anything unusual (no or bad token, unknown plan, malformed ``wait``) goes straight
-through: Django gives the proper answer, and the view's own wait still works.
-A client that hangs up while waiting ends the wait.
+thousand plans settling at once queue here as coroutines rather than in front of
+Django's threads). Anything unusual (no or bad token, unknown plan, malformed ``wait``)
+goes straight through: Django gives the proper answer, and the view's own wait still
+works. A client that hangs up while waiting ends the wait.
 """
 
 from __future__ import annotations

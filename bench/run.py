@@ -7,8 +7,8 @@ What runs (all on 127.0.0.1, all stopped at the end, whatever happens):
 * Redis at ``BENCH_REDIS_URL`` (default DB 12 of the local server) with a queue of
   this run's own;
 * the demo upstream (``python -m demo.upstream``);
-* the web server: ``uvicorn --workers N`` with ``COUNTERSIGN_BENCH=1`` (which mounts the
-  baseline endpoint of ``bench/baseline.py``);
+* the web server: ``python -m config.web --workers N`` with ``COUNTERSIGN_BENCH=1``
+  (which mounts the baseline endpoint of ``bench/baseline.py``);
 * M Celery workers (``--concurrency=1`` each) holding the private key;
 * the load generator ``bench/load.py``, a process of its own.
 
@@ -236,10 +236,9 @@ class Deployment:
         )
         self.web_env = {
             **env,
-            # Under ASGI, Django's advice: no persistent connections (each request's
-            # thread would keep its own); config/asgi.py gives each web process a pool
-            # instead (--db-pool). Workers are plain processes and keep theirs.
-            "COUNTERSIGN_DB_CONN_MAX_AGE": "0",
+            # Production's default in the web processes too: each of Django's threads
+            # (config/asgi.py) keeps its connection from request to request.
+            "COUNTERSIGN_DB_CONN_MAX_AGE": "60",
             "COUNTERSIGN_BENCH": "1",
             "COUNTERSIGN_BENCH_UPSTREAM": self.upstream_url,
             "COUNTERSIGN_BENCH_READ_TOKEN": self.read_token,
@@ -1200,7 +1199,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="database connections pooled per web process (COUNTERSIGN_DB_POOL_SIZE; "
-        "0: a new connection per request; default: the web processes' own, 16)",
+        "default: none, each of Django's threads keeps its own connection)",
     )
     parser.add_argument(
         "--only", default="", help="comma-separated scenarios, e.g. B1,B4 (default: all)"

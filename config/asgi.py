@@ -5,23 +5,82 @@ from __future__ import annotations
 
 import os
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-from django.core.asgi import get_asgi_application
+from a2wsgi import WSGIMiddleware
+from django.contrib.staticfiles.handlers import StaticFilesHandler
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-# Under ASGI each request runs on a thread of its own that ends with it, so a persistent
-# connection is never reused: it would only linger, open, until garbage collection
-# (dozens at once under load). Close it when the request finishes instead, as Django
-# advises for ASGI; Celery workers keep their persistent connections.
-os.environ.setdefault("COUNTERSIGN_DB_CONN_MAX_AGE", "0")
-# On PostgreSQL, a pool per process instead of a new connection per request (a server
-# backend started and stopped for every request): a request borrows a connection at its
-# first query and gives it back when it finishes (docs/deployment.md). 0 turns it off.
-os.environ.setdefault("COUNTERSIGN_DB_POOL_SIZE", "16")
+
+# Django runs as a WSGI application on a fixed pool of threads in each process
+# (COUNTERSIGN_WEB_THREADS), behind the ASGI pieces in front of it: the long-poll gate
+# and the MCP server. Django's own ASGI handler started a thread for every request and
+# ended it with the request, so no database connection could outlive a request, and it
+# adapted each middleware between the event loop and that thread. A pooled thread serves
+# request after request and keeps its connection from one to the next
+# (COUNTERSIGN_DB_CONN_MAX_AGE, as the Celery workers do, with Django's health check at
+# the start of each request): at most one connection per thread, none per request
+# (docs/deployment.md, "Database connections").
+wsgi_application = get_wsgi_application()
+
+from django.conf import settings  # noqa: E402  (configured by the line above)
+
+
+class SizedBodies:
+    """Give a request body sent without ``Content-Length`` (chunked) its length.
+
+    A WSGI application reads exactly ``Content-Length`` bytes of the body, so Django would
+    see a chunked body as empty. Such a body is read here first, whole, up to
+    ``limit`` bytes (more is answered 413 without reaching Django), and passed on with its
+    length; a body with a length goes through untouched."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send) -> None:
+        headers = scope.get("headers") or ()
+        if scope["type"] != "http" or not any(n == b"transfer-encoding" for n, _ in headers):
+            return await self.app(scope, receive, send)
+        if any(n == b"content-length" for n, _ in headers):
+            return await self.app(scope, receive, send)
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            if len(body) > self.limit:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 413,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+                    }
+                )
+                text = f"Request body larger than {self.limit} bytes.\n".encode()
+                await send({"type": "http.response.body", "body": text})
+                return None
+            if not message.get("more_body"):
+                break
+        inner = dict(scope)
+        inner["headers"] = [(n, v) for n, v in headers if n != b"transfer-encoding"] + [
+            (b"content-length", str(len(body)).encode("ascii"))
+        ]
+        pending = [{"type": "http.request", "body": bytes(body), "more_body": False}]
+
+        async def replay():
+            return pending.pop() if pending else await receive()
+
+        return await self.app(inner, replay, send)
+
 
 # The pages need their stylesheet and the vendored htmx (no CDN); uvicorn serves no files
 # itself, so the app does, from the static finders (a front proxy may take /static/ over).
-django_application = ASGIStaticFilesHandler(get_asgi_application())
+django_application = SizedBodies(
+    WSGIMiddleware(StaticFilesHandler(wsgi_application), workers=settings.COUNTERSIGN_WEB_THREADS),
+    # The largest body any page or endpoint takes: an OpenAPI document on the admin page.
+    limit=max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, 16 * 1024 * 1024 + 64 * 1024),
+)
 
 from approvals import wakeups  # noqa: E402  (needs the apps loaded above)
 from approvals.longpoll import LongPollGate  # noqa: E402

@@ -434,6 +434,11 @@ COUNTERSIGN_WAIT_POLL_SECONDS = env_float("COUNTERSIGN_WAIT_POLL_SECONDS", 0.5)
 # Woken long-polls answered at once per web process (each answer is a Django request
 # with a thread and a database connection; the others queue as coroutines).
 COUNTERSIGN_LONGPOLL_CONCURRENCY = env_int("COUNTERSIGN_LONGPOLL_CONCURRENCY", 16)
+# Threads per web process that run Django's requests (config/asgi.py); each keeps its own
+# database connection from request to request.
+COUNTERSIGN_WEB_THREADS = env_int("COUNTERSIGN_WEB_THREADS", 16)
+if COUNTERSIGN_WEB_THREADS < 1:
+    raise ImproperlyConfigured("COUNTERSIGN_WEB_THREADS must be at least 1")
 # Defaults per consequence class; an action's `approval` block may tighten or loosen
 # them, except that session grants never cover external or irreversible actions.
 COUNTERSIGN_APPROVAL_POLICY = {

@@ -1,9 +1,10 @@
-"""A web process under ASGI borrows its database connections from a bounded pool
-(COUNTERSIGN_DB_POOL_SIZE, config/asgi.py): many requests at once never open more than
-the pool's size, the connections outlive the requests that used them, and what the
-pool hands back is exact: an agent revoked between two requests is refused on the very
-next one, whichever pooled connection serves it (the catalog cache reads the
-generation on every request, docs/scaling.md)."""
+"""A web process runs Django on a fixed number of threads (COUNTERSIGN_WEB_THREADS,
+config/asgi.py), each keeping its database connection from request to request, or
+borrows connections from a bounded pool (COUNTERSIGN_DB_POOL_SIZE): either way many
+requests at once never open more connections than that bound, the connections outlive
+the requests that used them, and what a kept connection sees is exact: an agent revoked
+between two requests is refused on the very next one, whichever connection serves it
+(the catalog cache reads the generation on every request, docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from demo.processes import start_web
 
 pytestmark = pytest.mark.e2e
 
-POOL = 2
+BOUND = 2
 
 
 # The pooled server names its connections, so that the workers, sealers and other servers
@@ -41,15 +42,12 @@ def _backends() -> set[int]:
 
 @pytest.fixture
 def pooled_web(live_env, live_logs, transactional_db, catalog, canary):
-    """Start a web server with a pool of ``size``; returns (url, backends before it)."""
+    """Start a web server with ``env``; returns (url, backends before it)."""
     started = []
 
-    def start(size: int, **env: str) -> tuple[str, set[int]]:
+    def start(**env: str) -> tuple[str, set[int]]:
         before = _backends()
-        named = {
-            "DATABASE_URL": f"{live_env['DATABASE_URL']}?application_name={APPLICATION}",
-            "COUNTERSIGN_DB_POOL_SIZE": str(size),
-        }
+        named = {"DATABASE_URL": f"{live_env['DATABASE_URL']}?application_name={APPLICATION}"}
         proc, url = start_web({**live_env, **named, **env}, live_logs)
         started.append(proc)
         canary.ours.add(url)
@@ -60,8 +58,18 @@ def pooled_web(live_env, live_logs, transactional_db, catalog, canary):
         proc.stop(timeout=15)
 
 
-def test_concurrent_requests_share_a_bounded_pool(pooled_web):
-    url, before = pooled_web(POOL)
+@pytest.mark.parametrize(
+    "env",
+    [
+        # Production's default: each thread keeps its connection.
+        {"COUNTERSIGN_WEB_THREADS": str(BOUND), "COUNTERSIGN_DB_CONN_MAX_AGE": "60"},
+        # A pool smaller than the threads.
+        {"COUNTERSIGN_DB_POOL_SIZE": str(BOUND)},
+    ],
+    ids=["threads", "pool"],
+)
+def test_concurrent_requests_share_a_bounded_set_of_connections(pooled_web, env):
+    url, before = pooled_web(**env)
     agent, token = agent_create(
         name="pool-agent", action_names=["update_contact_email"], active=True
     )
@@ -90,10 +98,10 @@ def test_concurrent_requests_share_a_bounded_pool(pooled_web):
         done.set()
         sampler.join()
     assert statuses == [200] * 200
-    # At most the pool's size at any moment, and the same connections throughout
+    # At most the bound at any moment, and the same connections throughout
     # (a connection per request would have shown up to 16 at once, 200 in all).
-    assert 1 <= peak <= POOL
-    assert len(seen) <= POOL
+    assert 1 <= peak <= BOUND
+    assert len(seen) <= BOUND
     # They stay open for the next requests.
     assert _backends() - before
 
@@ -101,8 +109,8 @@ def test_concurrent_requests_share_a_bounded_pool(pooled_web):
     with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
         assert http.get("/api/v1/actions").status_code == 200
         agent_revoke(name=agent.name)
-        answers = [http.get("/api/v1/actions").status_code for _ in range(2 * POOL)]
-    assert answers == [401] * (2 * POOL)
+        answers = [http.get("/api/v1/actions").status_code for _ in range(2 * BOUND)]
+    assert answers == [401] * (2 * BOUND)
 
 
 def test_a_request_that_finds_no_free_connection_is_told_to_come_back(pooled_web, upstream):
@@ -110,7 +118,7 @@ def test_a_request_that_finds_no_free_connection_is_told_to_come_back(pooled_web
     slowly (a request keeps its connection until it ends): another request waits
     COUNTERSIGN_DB_POOL_TIMEOUT seconds for it, then gets a 503 with Retry-After, not a
     500; the pool serves again once the connection is back."""
-    url, _ = pooled_web(1, COUNTERSIGN_DB_POOL_TIMEOUT="1")
+    url, _ = pooled_web(COUNTERSIGN_DB_POOL_SIZE="1", COUNTERSIGN_DB_POOL_TIMEOUT="1")
     _, token = agent_create(name="busy-agent", action_names=["update_contact_email"], active=True)
     headers = {"Authorization": f"Bearer {token}"}
     upstream.add_fault(method="GET", path_prefix="/contacts/", delay=4)
