@@ -220,11 +220,12 @@ def markdown(r: dict, images: dict[str, str]) -> str:
 
 Issue 8: a gateway sits on the path of every agent action, so its overhead must stay
 close to the minimum work it has to do, and its pages must stay fast as history grows.
-Every figure below comes from real processes on loopback — `uvicorn --workers
-{c["web_workers"]}`, Celery workers, the demo upstream, PostgreSQL and Redis — driven by
-a load generator in a process of its own (`bench/load.py`). Absolute times on a shared
-machine drift, so each figure is set against a **baseline measured in the same run**, and
-the budgets are ratios where the issue allows.
+Every figure below comes from real processes on loopback — `python -m config.web
+--workers {c["web_workers"]}` (uvicorn processes), Celery workers, the demo upstream,
+PostgreSQL and Redis — driven by a load generator in a process of its own
+(`bench/load.py`). Absolute times on a shared machine drift, so each figure is set
+against a **baseline measured in the same run**, and the budgets are ratios where the
+issue allows.
 
 Regenerate with `make bench` (about ten minutes; `make bench BENCH_ARGS=--quick` for a
 short run, `BENCH_HISTORY=100000` for a smaller B4 history). A scratch database next to
@@ -249,7 +250,7 @@ queue of the run's own. The harness is `bench/run.py`, this page `bench/report.p
                     ["PostgreSQL", m.get("postgresql", "–")],
                     ["Redis", m.get("redis", "–")],
                     ["platform", m.get("platform", "")],
-                    ["web", f"uvicorn, {c['web_workers']} worker processes"],
+                    ["web", f"python -m config.web, {c['web_workers']} uvicorn processes"],
                     [
                         "executors",
                         f"{c['celery_workers']} Celery worker processes, concurrency 1 each "
@@ -262,10 +263,10 @@ queue of the run's own. The harness is `bench/run.py`, this page `bench/report.p
 
 Settings as in production except where a figure needs otherwise: the per-agent rate limit
 raised out of the way (`1000000/minute`, still counted in Redis), log level WARNING.
-Database connections as docs/deployment.md advises: in the web server a pool per process
-(`COUNTERSIGN_DB_POOL_SIZE`, 16 by default under ASGI, `--db-pool` to change it; a request
-borrows a connection and gives it back), persistent in the workers
-(`COUNTERSIGN_DB_CONN_MAX_AGE=60`).
+Database connections as docs/deployment.md advises: persistent everywhere
+(`COUNTERSIGN_DB_CONN_MAX_AGE=60`), one per thread in the web processes (Django runs on
+16 threads per process, `COUNTERSIGN_WEB_THREADS`; `--db-pool N` borrows from a pool of N
+instead) and one per Celery worker process.
 """
     )
 
@@ -715,7 +716,7 @@ after is at the end of the run.
 {b7["decisions"]:,} plans awaiting approval are approved over HTTP by {b7["reviewers"]}
 reviewers at once, each with a session of its own posting the review page's form
 (`POST /plans/<id>/decide`, fingerprint and CSRF token as a browser sends them) one plan
-after the other, against `uvicorn --workers {b7["web_workers"]}`. The Celery workers
+after the other, against {b7["web_workers"]} web processes. The Celery workers
 execute the approved plans meanwhile, and the sealer (a thread of each worker, by lease) signs
 checkpoints of the audit trail meanwhile. Every decision writes its audit events without
 waiting for any other writer (docs/security.md, *Audit trail*).

@@ -125,8 +125,7 @@ def start_web(
     args = [
         sys.executable,
         "-m",
-        "uvicorn",
-        "config.asgi:application",
+        "config.web",
         "--host",
         "127.0.0.1",
         "--port",
