@@ -155,9 +155,12 @@ def plan_summary_html(plan: Plan, language: str | None) -> str:
 # --- typing to confirm --------------------------------------------------------------------
 
 
+# An irreversible plan is approved only by a reviewer who typed what it destroys.
+TYPED_CONFIRMATION_CLASSES = frozenset({"irreversible"})
+
+
 def needs_typed_confirmation(plan: Plan) -> bool:
-    """An irreversible plan is approved only by a reviewer who typed what it destroys."""
-    return plan.consequence_class == "irreversible"
+    return plan.consequence_class in TYPED_CONFIRMATION_CLASSES
 
 
 def confirmation_words(plan: Plan) -> list[str]:

@@ -38,6 +38,7 @@ from ..models import Passkey, Plan, PlanStatus
 from ..pages import page_error, plan_page
 from ..passkeys import plan_needs_signature
 from ..review import (
+    TYPED_CONFIRMATION_CLASSES,
     action_texts,
     approve_words,
     change_rows,
@@ -52,7 +53,13 @@ from ..review import (
     unchanged_rows,
     value_text,
 )
-from ..selectors import plan_attempt, plan_for_review, plan_newest_revision, plan_same_target
+from ..selectors import (
+    plan_attempt,
+    plan_consequence_class,
+    plan_for_review,
+    plan_newest_revision,
+    plan_same_target,
+)
 from ..services import (
     approval_record,
     approval_revoke,
@@ -365,13 +372,12 @@ def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
 @plan_page
 def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
     decision = request.POST.get("decision", "")
-    if decision == "approve":
-        # Checked here as well as in the browser, so it holds without JavaScript. An
-        # extra condition on top of the fingerprint binding, which approval_record keeps.
+    # Checked here as well as in the browser, so it holds without JavaScript. An extra
+    # condition on top of the fingerprint binding, which approval_record keeps. Only the
+    # plan's class is read first: most plans need no typed confirmation.
+    if decision == "approve" and plan_consequence_class(plan_id) in TYPED_CONFIRMATION_CLASSES:
         plan = plan_for_review(plan_id)
-        if needs_typed_confirmation(plan) and not confirmation_matches(
-            plan, request.POST.get("confirm", "")
-        ):
+        if not confirmation_matches(plan, request.POST.get("confirm", "")):
             raise InvalidInput(
                 errors=[
                     {
