@@ -39,7 +39,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1, help="web processes")
     parser.add_argument("--backlog", type=int, default=2048)
     parser.add_argument("--timeout-keep-alive", type=int, default=5)
-    parser.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=False)
+    # uvicorn's defaults: X-Forwarded-* trusted from FORWARDED_ALLOW_IPS, else 127.0.0.1.
+    parser.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--forwarded-allow-ips", default=None)
     parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--lifespan", choices=("auto", "on", "off"), default="auto")

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 
 from actions.services import agent_create
 from config.asgi import SizedBodies
+from config.web import APP, config_for, parse
 from demo.processes import start_web
 
 pytestmark = pytest.mark.e2e
@@ -235,3 +237,20 @@ def test_a_chunked_body_over_the_limit_is_413_and_never_reaches_the_app():
     assert sent == []
     (scope,) = reached
     assert dict(scope["headers"]) == {b"content-length": b"10"}
+
+
+def test_the_options_default_as_uvicorns_do():
+    """Deployments moved from ``uvicorn config.asgi:application`` keep its behaviour
+    (X-Forwarded-* trusted from 127.0.0.1 only, the same keep-alive and backlog)."""
+    ours, theirs = config_for(parse([])), uvicorn.Config(APP)
+    for name in (
+        "host",
+        "port",
+        "proxy_headers",
+        "forwarded_allow_ips",
+        "timeout_keep_alive",
+        "backlog",
+        "access_log",
+        "lifespan",
+    ):
+        assert getattr(ours, name) == getattr(theirs, name), name
