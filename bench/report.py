@@ -18,10 +18,13 @@ if str(ROOT) not in sys.path:
 DOCS = ROOT / "docs"
 PLOTS = DOCS / "benchmarks"
 
-BUDGET_B1_RATIO = 0.6
+BUDGET_B1_RATIO = 0.6  # issue 8
+BUDGET_B1_RATIO_NEXT = 0.8  # issue 18
+BUDGET_B1_PER_SECOND = 200.0  # issue 18, at 8 concurrent agents
 BUDGET_B2_P50_MS = 25.0
 BUDGET_B4_RATIO = 1.3
-BUDGET_B5_P50_MS = 50.0
+BUDGET_B5_P50_MS = 50.0  # one at a time (issue 8)
+BUDGET_B5_BURST_P50_MS = 1000.0  # a burst of 1,000 (issue 18)
 BUDGET_B1_OF_FLOOR = 0.10
 BUDGET_B7_PER_SECOND = 300.0
 BUDGET_SEAL_LAG_S = 2.0
@@ -319,8 +322,20 @@ instead) and one per Celery worker process.
                 f"{fmt(b1['submit']['per_second'])} plans/s",
                 f"{fmt(b1['baseline']['per_second'])} req/s (GET + INSERT)",
                 fmt(b1["ratio"], 2),
-                f"ratio ≥ {BUDGET_B1_RATIO}",
-                verdict(b1["ratio"] >= BUDGET_B1_RATIO),
+                f"ratio ≥ {BUDGET_B1_RATIO} (issue 8), ≥ {BUDGET_B1_RATIO_NEXT} (issue 18)",
+                verdict(b1["ratio"] >= BUDGET_B1_RATIO)
+                + ", "
+                + verdict(b1["ratio"] >= BUDGET_B1_RATIO_NEXT),
+            ]
+        )
+        rows.append(
+            [
+                f"B1 submissions, {b1['concurrency']} agents",
+                f"{fmt(b1['submit']['per_second'])} plans/s",
+                "–",
+                "–",
+                f"≥ {BUDGET_B1_PER_SECOND:g}/s",
+                verdict(b1["submit"]["per_second"] >= BUDGET_B1_PER_SECOND),
             ]
         )
     if b2:
@@ -377,8 +392,13 @@ instead) and one per Celery worker process.
                 f"wake-up p50 {fmt(b5['few']['wake_ms']['p50'])} ms "
                 f"with {b5['few']['waiters']} waiters",
                 fmt(b5["ratio"], 2),
-                f"no thread/connection per waiter; p50 ≤ {BUDGET_B5_P50_MS:g} ms",
-                verdict(no_per_waiter and many["wake_ms"]["p50"] <= BUDGET_B5_P50_MS),
+                f"no thread/connection per waiter; p50 ≤ {BUDGET_B5_P50_MS:g} ms one at a "
+                f"time, ≤ {BUDGET_B5_BURST_P50_MS / 1000:g} s in the burst",
+                verdict(
+                    no_per_waiter
+                    and b5["few"]["wake_ms"]["p50"] <= BUDGET_B5_P50_MS
+                    and many["wake_ms"]["p50"] <= BUDGET_B5_BURST_P50_MS
+                ),
             ]
         )
     if b6 and b6.get("web_rss_peak_kb"):
@@ -437,7 +457,8 @@ contacts in rotation.
                 )
             }
 
-Throughput ratio **{fmt(b1["ratio"], 2)}** (budget ≥ {BUDGET_B1_RATIO}).{queries_submit}
+Throughput ratio **{fmt(b1["ratio"], 2)}** (budget ≥ {BUDGET_B1_RATIO}; issue 18 asks
+≥ {BUDGET_B1_RATIO_NEXT}).{queries_submit}
 {_floor_text(b1)}
 {metrics_cost(b1)}
 
