@@ -180,7 +180,14 @@ class Deployment:
         with connection.cursor() as cursor:
             cursor.execute(
                 "CREATE TABLE bench_baseline (id uuid PRIMARY KEY, input jsonb NOT NULL, "
-                "before jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+                "before jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), "
+                "fingerprint text, canonical text)"
+            )
+            cursor.execute("CREATE INDEX ON bench_baseline (fingerprint)")
+            cursor.execute(
+                "CREATE TABLE bench_skeleton_event (id bigserial PRIMARY KEY, plan uuid NOT "
+                "NULL, body jsonb NOT NULL, hash bytea NOT NULL, at timestamptz NOT NULL "
+                "DEFAULT now())"
             )
         self.db_name = connection.settings_dict["NAME"]
         private, public = generate_keypair()
@@ -516,7 +523,7 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
     contacts = d.contacts(sizes.b1_contacts)
     offset = 0
     half = sizes.b1_seconds / 2
-    runs: dict[str, list[dict]] = {"baseline": [], "submit": []}
+    runs: dict[str, list[dict]] = {"baseline": [], "skeleton": [], "submit": []}
     samples: list[int] = []
     stop = threading.Event()
 
@@ -533,6 +540,7 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
         # Alternate, so drift on a shared machine hits both alike.
         for name, path in [
             ("baseline", "/bench/baseline/plans"),
+            ("skeleton", "/bench/baseline/skeleton"),
             ("submit", "/api/v1/plans"),
         ] * 2:
             say(f"B1 {name} {half:g} s x{sizes.b1_concurrency}")
@@ -586,6 +594,8 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
             / max(sum(p["machine_total_seconds"] for p in parts), 1e-9),
         }
     out["ratio"] = out["submit"]["per_second"] / max(out["baseline"]["per_second"], 1e-9)
+    # The most any submission could reach: the skeleton's unavoidable round trips alone.
+    out["skeleton_ratio"] = out["skeleton"]["per_second"] / max(out["baseline"]["per_second"], 1e-9)
     out["web_rss_peak_kb"] = max(samples, default=0)
     out["seal_lag"] = lag_summary(lags)
     say(f"B1 floor x{sizes.b1_concurrency}")
