@@ -117,8 +117,9 @@ messages: venv
 	$(PY) manage.py compilemessages -l pt_BR --ignore='.venv'
 
 # --- bench ---------------------------------------------------------------------------
-# Web (uvicorn --workers), Celery workers, the demo upstream and a load generator, each a
-# process of its own; a scratch database next to DATABASE_URL is created and dropped.
+# Web (python -m config.web --workers), Celery workers, the demo upstream and a load
+# generator, each a process of its own; a scratch database next to DATABASE_URL is
+# created and dropped.
 # See bench/run.py; the report alone: $(PY) bench/report.py
 bench: venv
 	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(BENCH_REDIS_URL)' PYTHON=$(PY) .ci/check-services

@@ -24,6 +24,8 @@ wsgi_application = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402  (configured by the line above)
 
+from actions.openapi_import import MAX_DOCUMENT_BYTES  # noqa: E402  (needs the apps loaded)
+
 
 class SizedBodies:
     """Give a request body sent without ``Content-Length`` (chunked) its length.
@@ -78,8 +80,9 @@ class SizedBodies:
 # itself, so the app does, from the static finders (a front proxy may take /static/ over).
 django_application = SizedBodies(
     WSGIMiddleware(StaticFilesHandler(wsgi_application), workers=settings.COUNTERSIGN_WEB_THREADS),
-    # The largest body any page or endpoint takes: an OpenAPI document on the admin page.
-    limit=max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, 16 * 1024 * 1024 + 64 * 1024),
+    # The largest body any page or endpoint takes: an OpenAPI document on the admin page
+    # (with room for the form around it).
+    limit=max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, MAX_DOCUMENT_BYTES + 64 * 1024),
 )
 
 from approvals import wakeups  # noqa: E402  (needs the apps loaded above)

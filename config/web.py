@@ -5,12 +5,16 @@ kernel spreads new connections over the processes.
 ``uvicorn --workers N`` shares one listening socket instead, and the process whose event
 loop wakes first accepts every connection waiting (asyncio accepts in a loop): eight
 agents connecting at once all landed on one of two processes, which then did all the
-work on one core while the other idled (docs/benchmarks.md, *Web processes*). Kept-alive
-connections stay where they landed, so that imbalance lasted as long as they did.
+work on one core while the other idled (docs/benchmarks/analysis.md, *The web
+processes*). Kept-alive connections stay where they landed, so that imbalance lasted as
+long as they did.
 
-The options are uvicorn's, for what the deployment files use; each worker process runs
-``config.asgi:application``. A worker that dies is replaced; SIGTERM or SIGINT stop
-them all (each finishes the requests it has, as uvicorn does).
+The options are uvicorn's, with its defaults, for what the deployment files use; each
+worker process runs ``config.asgi:application``. A worker that dies is replaced, unless
+they keep dying as they start (a bad setting): then the server stops with status 1.
+SIGTERM or SIGINT stop them all (each finishes the requests it has, as uvicorn does). A
+port held by another program is refused at once; two of these servers started on one
+port by the same user would share it, as ``SO_REUSEPORT`` allows.
 """
 
 from __future__ import annotations
@@ -23,11 +27,16 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 import uvicorn
 
 APP = "config.asgi:application"
 logger = logging.getLogger("uvicorn.error")
+# A worker that exits sooner than this after it started failed to start; this many such
+# exits in a row, with none lasting longer in between, stop the server.
+FAILED_START_SECONDS = 10.0
+FAILED_STARTS = 5
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -91,13 +100,13 @@ class Supervisor:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.context = multiprocessing.get_context("spawn")
-        self.processes: list[multiprocessing.process.BaseProcess] = []
+        self.processes: list[tuple[multiprocessing.process.BaseProcess, float]] = []
         self.stopping = threading.Event()
 
-    def start_one(self) -> multiprocessing.process.BaseProcess:
+    def start_one(self) -> tuple[multiprocessing.process.BaseProcess, float]:
         process = self.context.Process(target=serve, args=(self.args,), name="countersign-web")
         process.start()
-        return process
+        return process, time.monotonic()
 
     def stop(self, *_signal) -> None:
         self.stopping.set()
@@ -110,25 +119,40 @@ class Supervisor:
             signal.signal(sig, self.stop)
         logger.info("Started parent process [%d]", os.getpid())
         self.processes = [self.start_one() for _ in range(self.args.workers)]
+        failed_starts, last_failure, status = 0, 0.0, 0
         while not self.stopping.wait(0.5):
-            for index, process in enumerate(self.processes):
-                if not process.is_alive() and not self.stopping.is_set():
-                    logger.warning(
-                        "web process %d exited with %s; starting another",
-                        process.pid,
-                        process.exitcode,
+            for index, (process, started) in enumerate(self.processes):
+                if process.is_alive() or self.stopping.is_set():
+                    # One started after the last failure is up and stays up: it started.
+                    if started > last_failure and time.monotonic() - started > FAILED_START_SECONDS:
+                        failed_starts = 0
+                    continue
+                if time.monotonic() - started < FAILED_START_SECONDS:
+                    failed_starts, last_failure = failed_starts + 1, time.monotonic()
+                if failed_starts >= FAILED_STARTS:
+                    logger.error(
+                        "web processes keep exiting as they start (%d in a row); stopping",
+                        failed_starts,
                     )
-                    self.processes[index] = self.start_one()
-        for process in self.processes:
+                    status = 1
+                    self.stopping.set()
+                    break
+                logger.warning(
+                    "web process %d exited with %s; starting another",
+                    process.pid,
+                    process.exitcode,
+                )
+                self.processes[index] = self.start_one()
+        for process, _ in self.processes:
             if process.is_alive():
                 os.kill(process.pid, signal.SIGTERM)
-        for process in self.processes:
+        for process, _ in self.processes:
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
                 process.join()
         logger.info("Stopping parent process [%d]", os.getpid())
-        return 0
+        return status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -115,8 +115,9 @@ def start_web(
     port: int | None = None,
     host_name: str = "127.0.0.1",
 ) -> tuple[Process, str]:
-    """uvicorn on ``port`` (a free one by default); ``workers`` > 1 runs that many worker
-    processes under uvicorn's supervisor (as in production). It listens on 127.0.0.1;
+    """The web server (``python -m config.web``) on ``port`` (a free one by default);
+    ``workers`` > 1 runs that many uvicorn processes under its supervisor, each on a
+    listening socket of its own (as in production). It listens on 127.0.0.1;
     ``host_name`` is the name its public URL uses (``localhost`` for passkeys, which an
     IP address cannot be the relying party of)."""
     port = port or free_port()

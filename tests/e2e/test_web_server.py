@@ -21,7 +21,7 @@ import uvicorn
 from actions.services import agent_create
 from config.asgi import SizedBodies
 from config.web import APP, config_for, parse
-from demo.processes import start_web
+from demo.processes import free_port, start_web
 
 pytestmark = pytest.mark.e2e
 
@@ -254,3 +254,19 @@ def test_the_options_default_as_uvicorns_do():
         "lifespan",
     ):
         assert getattr(ours, name) == getattr(theirs, name), name
+
+
+def test_processes_that_cannot_start_stop_the_server_with_status_1(live_env):
+    """A bad setting makes every web process exit as it starts: the supervisor gives up
+    after a few, with one line saying so, instead of starting them again forever."""
+    result = subprocess.run(
+        [sys.executable, "-m", "config.web", "--port", str(free_port()), "--workers", "2"],
+        cwd=ROOT,
+        env={**live_env, "COUNTERSIGN_WEB_THREADS": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "keep exiting as they start" in result.stderr
+    assert "COUNTERSIGN_WEB_THREADS must be at least 1" in result.stderr
