@@ -146,20 +146,25 @@ def _zombie(pid: int) -> bool:
         return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
+def _web_command(env: dict, *argv: str) -> subprocess.CompletedProcess:
+    """``python -m config.web`` run to its end (these tests expect it to stop by itself)."""
+    return subprocess.run(
+        [sys.executable, "-m", "config.web", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_a_port_in_use_is_one_line_and_exit_status_1(live_env):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     try:
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "config.web", "--port", str(port), "--workers", "2"],
-            cwd=ROOT,
-            env=live_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = _web_command(live_env, "--port", str(port), "--workers", "2")
     finally:
         taken.close()
     assert result.returncode == 1
@@ -169,14 +174,7 @@ def test_a_port_in_use_is_one_line_and_exit_status_1(live_env):
 
 @pytest.mark.parametrize("argv", [["--workers", "0"], ["--port", "70000"]])
 def test_bad_options_are_refused_before_anything_starts(argv, live_env):
-    result = subprocess.run(
-        [sys.executable, "-m", "config.web", *argv],
-        cwd=ROOT,
-        env=live_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _web_command(live_env, *argv)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
 
@@ -259,13 +257,9 @@ def test_the_options_default_as_uvicorns_do():
 def test_processes_that_cannot_start_stop_the_server_with_status_1(live_env):
     """A bad setting makes every web process exit as it starts: the supervisor gives up
     after a few, with one line saying so, instead of starting them again forever."""
-    result = subprocess.run(
-        [sys.executable, "-m", "config.web", "--port", str(free_port()), "--workers", "2"],
-        cwd=ROOT,
-        env={**live_env, "COUNTERSIGN_WEB_THREADS": "0"},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = _web_command(
+        {**live_env, "COUNTERSIGN_WEB_THREADS": "0"},
+        *("--port", str(free_port()), "--workers", "2"),
     )
     assert result.returncode == 1
     assert "keep exiting as they start" in result.stderr
