@@ -3,7 +3,11 @@ the MCP server at /mcp (with its RFC 9728 metadata)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import os
+import weakref
 
 from a2wsgi import WSGIMiddleware
 from django.contrib.staticfiles.handlers import StaticFilesHandler
@@ -24,7 +28,10 @@ wsgi_application = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402  (configured by the line above)
 
+from actions.lib.problems import PROBLEM_CONTENT_TYPE, problem_body  # noqa: E402
 from actions.openapi_import import MAX_DOCUMENT_BYTES  # noqa: E402  (needs the apps loaded)
+
+log = logging.getLogger(__name__)
 
 
 class SizedBodies:
@@ -76,10 +83,74 @@ class SizedBodies:
         return await self.app(inner, replay, send)
 
 
+class Admission:
+    """At most ``threads`` requests in Django at once per process, and no request waits
+    longer than ``timeout`` seconds for one of its threads.
+
+    The rest wait here, as coroutines, in the order they came; one that has waited
+    ``timeout`` seconds (every thread held, by submissions whose upstream answers slowly,
+    say) is answered 503 with ``Retry-After: 1`` without reaching Django: a problem
+    document on the agent API, a line of text elsewhere."""
+
+    def __init__(self, app, *, threads: int, timeout: float) -> None:
+        self.app = app
+        self.threads = threads
+        self.timeout = timeout
+        self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        semaphore = self._semaphores.get(loop)
+        if semaphore is None:
+            semaphore = self._semaphores[loop] = asyncio.Semaphore(self.threads)
+        return semaphore
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        semaphore = self._semaphore()
+        try:
+            await asyncio.wait_for(semaphore.acquire(), self.timeout)
+        except TimeoutError:
+            log.warning("every thread stayed busy for %g s; answered 503", self.timeout)
+            return await _busy(scope, send)
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            semaphore.release()
+
+
+async def _busy(scope, send) -> None:
+    if scope.get("path", "").startswith("/api/"):
+        content_type = PROBLEM_CONTENT_TYPE.encode()
+        body = json.dumps(
+            problem_body(
+                status=503, type="busy", title="The service is busy", detail="try again shortly"
+            )
+        ).encode()
+    else:
+        content_type = b"text/plain; charset=utf-8"
+        body = b"The service is busy; try again shortly.\n"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [(b"content-type", content_type), (b"retry-after", b"1")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 # The pages need their stylesheet and the vendored htmx (no CDN); uvicorn serves no files
 # itself, so the app does, from the static finders (a front proxy may take /static/ over).
 django_application = SizedBodies(
-    WSGIMiddleware(StaticFilesHandler(wsgi_application), workers=settings.COUNTERSIGN_WEB_THREADS),
+    Admission(
+        WSGIMiddleware(
+            StaticFilesHandler(wsgi_application), workers=settings.COUNTERSIGN_WEB_THREADS
+        ),
+        threads=settings.COUNTERSIGN_WEB_THREADS,
+        timeout=settings.COUNTERSIGN_WEB_QUEUE_TIMEOUT,
+    ),
     # The largest body any page or endpoint takes: an OpenAPI document on the admin page
     # (with room for the form around it).
     limit=max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, MAX_DOCUMENT_BYTES + 64 * 1024),

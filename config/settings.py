@@ -439,6 +439,10 @@ COUNTERSIGN_LONGPOLL_CONCURRENCY = env_int("COUNTERSIGN_LONGPOLL_CONCURRENCY", 1
 COUNTERSIGN_WEB_THREADS = env_int("COUNTERSIGN_WEB_THREADS", 16)
 if COUNTERSIGN_WEB_THREADS < 1:
     raise ImproperlyConfigured("COUNTERSIGN_WEB_THREADS must be at least 1")
+# Seconds a request may wait for one of those threads before it is answered 503.
+COUNTERSIGN_WEB_QUEUE_TIMEOUT = env_float("COUNTERSIGN_WEB_QUEUE_TIMEOUT", 10.0)
+if not COUNTERSIGN_WEB_QUEUE_TIMEOUT > 0:
+    raise ImproperlyConfigured("COUNTERSIGN_WEB_QUEUE_TIMEOUT must be a positive number")
 # Defaults per consequence class; an action's `approval` block may tighten or loosen
 # them, except that session grants never cover external or irreversible actions.
 COUNTERSIGN_APPROVAL_POLICY = {

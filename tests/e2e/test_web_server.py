@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -264,3 +265,46 @@ def test_processes_that_cannot_start_stop_the_server_with_status_1(live_env):
     assert result.returncode == 1
     assert "keep exiting as they start" in result.stderr
     assert "COUNTERSIGN_WEB_THREADS must be at least 1" in result.stderr
+
+
+def test_a_request_that_finds_every_thread_busy_is_told_to_come_back(
+    live_env, live_logs, transactional_db, catalog, canary, upstream
+):
+    """One thread, held by a submission whose preview read the upstream answers slowly:
+    another request waits COUNTERSIGN_WEB_QUEUE_TIMEOUT seconds for it, then gets a 503
+    with Retry-After (a problem document on the API, text on a page), not a hang; the
+    server serves again once the thread is free."""
+    env = {**live_env, "COUNTERSIGN_WEB_THREADS": "1", "COUNTERSIGN_WEB_QUEUE_TIMEOUT": "1"}
+    proc, url = start_web(env, live_logs, name="web-one-thread")
+    canary.ours.add(url)
+    try:
+        _, token = agent_create(
+            name="one-thread-agent", action_names=["update_contact_email"], active=True
+        )
+        headers = {"Authorization": f"Bearer {token}"}
+        upstream.add_fault(method="GET", path_prefix="/contacts/", delay=4)
+        body = {
+            "action": "update_contact_email",
+            "input": {"contact_id": "c-1001", "email": "a@b.test"},
+        }
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            with ThreadPoolExecutor(1) as pool:
+                slow = pool.submit(http.post, "/api/v1/plans", json=body)
+                reads = len(upstream.requests_log())
+                deadline = time.monotonic() + 10
+                while len(upstream.requests_log()) == reads and time.monotonic() < deadline:
+                    time.sleep(0.05)  # until the submission's read is at the upstream
+                busy_api = http.get("/api/v1/actions")
+                busy_page = http.get("/accounts/login/")
+                submitted = slow.result()
+            assert busy_api.status_code == 503, busy_api.text
+            assert busy_api.headers["Retry-After"] == "1"
+            assert busy_api.headers["Content-Type"] == "application/problem+json"
+            assert busy_api.json()["type"].endswith("busy")
+            assert busy_page.status_code == 503
+            assert busy_page.headers["Retry-After"] == "1"
+            assert "busy" in busy_page.text
+            assert submitted.status_code == 201, submitted.text
+            assert http.get("/api/v1/actions").status_code == 200
+    finally:
+        proc.stop(timeout=15)
