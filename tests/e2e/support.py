@@ -7,6 +7,7 @@ import html
 import re
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -98,6 +99,27 @@ class AgentClient:
 
 
 # --- a reviewer without a browser ---------------------------------------------------------
+
+
+def while_a_slow_submission_runs(
+    url: str, token: str, upstream, during: Callable[[httpx.Client], Any]
+) -> tuple[httpx.Response, Any]:
+    """Submit a plan whose preview read the upstream answers slowly (4 s) and, once that
+    read is at the upstream, call ``during(client)``; returns (the submission's answer,
+    what ``during`` returned). The submission holds its thread and connection all along."""
+    upstream.add_fault(method="GET", path_prefix="/contacts/", delay=4)
+    body = {
+        "action": "update_contact_email",
+        "input": {"contact_id": "c-1001", "email": "a@b.test"},
+    }
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(http.post, "/api/v1/plans", json=body)
+            reads = len(upstream.requests_log())
+            eventually(lambda: len(upstream.requests_log()) > reads, timeout=10)
+            seen = during(http)
+            return slow.result(), seen
 
 
 def csrf_token(page: str) -> str:

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -23,6 +22,7 @@ from actions.services import agent_create
 from config.asgi import SizedBodies
 from config.web import APP, config_for, parse
 from demo.processes import free_port, start_web
+from tests.e2e.support import while_a_slow_submission_runs
 
 pytestmark = pytest.mark.e2e
 
@@ -281,30 +281,21 @@ def test_a_request_that_finds_every_thread_busy_is_told_to_come_back(
         _, token = agent_create(
             name="one-thread-agent", action_names=["update_contact_email"], active=True
         )
+        submitted, (busy_api, busy_page) = while_a_slow_submission_runs(
+            url,
+            token,
+            upstream,
+            lambda http: (http.get("/api/v1/actions"), http.get("/accounts/login/")),
+        )
+        assert busy_api.status_code == 503, busy_api.text
+        assert busy_api.headers["Retry-After"] == "1"
+        assert busy_api.headers["Content-Type"] == "application/problem+json"
+        assert busy_api.json()["type"].endswith("busy")
+        assert busy_page.status_code == 503
+        assert busy_page.headers["Retry-After"] == "1"
+        assert "busy" in busy_page.text
+        assert submitted.status_code == 201, submitted.text
         headers = {"Authorization": f"Bearer {token}"}
-        upstream.add_fault(method="GET", path_prefix="/contacts/", delay=4)
-        body = {
-            "action": "update_contact_email",
-            "input": {"contact_id": "c-1001", "email": "a@b.test"},
-        }
-        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
-            with ThreadPoolExecutor(1) as pool:
-                slow = pool.submit(http.post, "/api/v1/plans", json=body)
-                reads = len(upstream.requests_log())
-                deadline = time.monotonic() + 10
-                while len(upstream.requests_log()) == reads and time.monotonic() < deadline:
-                    time.sleep(0.05)  # until the submission's read is at the upstream
-                busy_api = http.get("/api/v1/actions")
-                busy_page = http.get("/accounts/login/")
-                submitted = slow.result()
-            assert busy_api.status_code == 503, busy_api.text
-            assert busy_api.headers["Retry-After"] == "1"
-            assert busy_api.headers["Content-Type"] == "application/problem+json"
-            assert busy_api.json()["type"].endswith("busy")
-            assert busy_page.status_code == 503
-            assert busy_page.headers["Retry-After"] == "1"
-            assert "busy" in busy_page.text
-            assert submitted.status_code == 201, submitted.text
-            assert http.get("/api/v1/actions").status_code == 200
+        assert httpx.get(f"{url}/api/v1/actions", headers=headers, timeout=30).status_code == 200
     finally:
         proc.stop(timeout=15)
