@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dbm.dumb
 import logging
 import os
+import shelve
 import threading
 from pathlib import Path
 
 from celery import Celery, bootsteps
+from celery.beat import PersistentScheduler
 from celery.signals import import_modules, task_postrun, task_prerun, worker_init
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -65,6 +68,26 @@ def _reset_log_context(task=None, **kwargs) -> None:
         logcontext.reset(token)
         # Nothing of this task's plan is left for the process's next task.
         logcontext.replace({})
+
+
+class _PlainFileShelves:
+    """``shelve.open`` on :mod:`dbm.dumb`: plain files, and no locks to lose."""
+
+    @staticmethod
+    def open(filename: str, writeback: bool = False) -> shelve.Shelf:
+        return shelve.Shelf(dbm.dumb.open(filename, "c"), writeback=writeback)
+
+
+class BeatScheduler(PersistentScheduler):
+    """Celery's persistent scheduler, its schedule kept in :mod:`dbm.dumb` files.
+
+    ``shelve.open`` takes the interpreter's first dbm module; from Python 3.13 that is
+    ``dbm.sqlite3`` (WAL mode), and on a busy machine beat has died at start on its own
+    new schedule file with ``sqlite3.OperationalError: locking protocol``, leaving the
+    worker with no sweeper. One beat writes the file and nothing else reads it, so plain
+    files are enough (``schedule.dat``, ``.dir``, ``.bak`` beside the configured name)."""
+
+    persistence = _PlainFileShelves
 
 
 @worker_init.connect

@@ -581,6 +581,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 # Where celery beat keeps its schedule (config/celery.py creates the directory when beat
 # starts; a beat that cannot start is seen through the sweeper's heartbeat).
+CELERY_BEAT_SCHEDULER = "config.celery:BeatScheduler"
 CELERY_BEAT_SCHEDULE_FILENAME = env_str(
     "COUNTERSIGN_BEAT_SCHEDULE_FILE", str(VAR_DIR / "celerybeat-schedule")
 )
