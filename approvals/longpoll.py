@@ -71,17 +71,24 @@ def _plan_status(token: str, plan_id: uuid.UUID) -> str | None:
     return Plan.objects.filter(id=plan_id, agent=agent).values_list("status", flat=True).first()
 
 
-_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
+class LoopSemaphore:
+    """An ``asyncio.Semaphore`` of ``size`` for each running event loop (a semaphore
+    belongs to one loop; a process may run more than one, tests especially)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
+        self._by_loop = weakref.WeakKeyDictionary()
+
+    def get(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        semaphore = self._by_loop.get(loop)
+        if semaphore is None:
+            semaphore = self._by_loop[loop] = asyncio.Semaphore(self.size)
+        return semaphore
 
 
-def _answering() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    semaphore = _semaphores.get(loop)
-    if semaphore is None:
-        semaphore = _semaphores[loop] = asyncio.Semaphore(settings.COUNTERSIGN_LONGPOLL_CONCURRENCY)
-    return semaphore
+_answering = LoopSemaphore(settings.COUNTERSIGN_LONGPOLL_CONCURRENCY)
 
 
 class LongPollGate:
@@ -142,7 +149,7 @@ class LongPollGate:
         # Many waiters wake at once when many plans settle together (a reviewer approves
         # a batch): each answer is an ordinary Django request with a thread and a
         # connection, so only so many are answered at a time; the rest queue here.
-        async with _answering():
+        async with _answering.get():
             return await self.app(inner, self._replay(buffered, receive), send)
 
     @staticmethod

@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import os
-import weakref
 
 from a2wsgi import WSGIMiddleware
 from django.contrib.staticfiles.handlers import StaticFilesHandler
@@ -30,6 +29,7 @@ from django.conf import settings  # noqa: E402  (configured by the line above)
 
 from actions.lib.problems import PROBLEM_CONTENT_TYPE, problem_body  # noqa: E402
 from actions.openapi_import import MAX_DOCUMENT_BYTES  # noqa: E402  (needs the apps loaded)
+from approvals.longpoll import LongPollGate, LoopSemaphore  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,11 @@ class SizedBodies:
         self.limit = limit
 
     async def __call__(self, scope, receive, send) -> None:
-        headers = scope.get("headers") or ()
-        if scope["type"] != "http" or not any(n == b"transfer-encoding" for n, _ in headers):
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if any(n == b"content-length" for n, _ in headers):
+        headers = scope.get("headers") or ()
+        names = {name for name, _ in headers}
+        if b"transfer-encoding" not in names or b"content-length" in names:
             return await self.app(scope, receive, send)
         body = bytearray()
         while True:
@@ -94,21 +95,13 @@ class Admission:
 
     def __init__(self, app, *, threads: int, timeout: float) -> None:
         self.app = app
-        self.threads = threads
         self.timeout = timeout
-        self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def _semaphore(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        semaphore = self._semaphores.get(loop)
-        if semaphore is None:
-            semaphore = self._semaphores[loop] = asyncio.Semaphore(self.threads)
-        return semaphore
+        self._threads = LoopSemaphore(threads)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        semaphore = self._semaphore()
+        semaphore = self._threads.get()
         try:
             await asyncio.wait_for(semaphore.acquire(), self.timeout)
         except TimeoutError:
@@ -157,7 +150,6 @@ django_application = SizedBodies(
 )
 
 from approvals import wakeups  # noqa: E402  (needs the apps loaded above)
-from approvals.longpoll import LongPollGate  # noqa: E402
 from approvals.mcp.http import MCP_PATH, METADATA_PATHS, McpHttpApp  # noqa: E402
 
 
