@@ -21,7 +21,7 @@ from actions.clients import credential_auth, read_client
 from actions.lib import dispatch
 from actions.lib.actors import EXECUTOR
 from actions.lib.audit import audit_record
-from actions.lib.canonical import resolve_pointer
+from actions.lib.canonical import escape_pointer_token, resolve_pointer
 from actions.lib.http import UpstreamError, WriteClient
 from actions.models import Credential
 from actions.preview import PreviewError, read_target
@@ -122,8 +122,9 @@ def pending_follow(*, plan_id) -> str:
 def reconcile(*, plan_id, actor: str = EXECUTOR) -> str:
     """Find out what happened to a plan whose outcome is unknown (or accepted work).
 
-    update/replace/create/delete: re-read the target and compare it with the plan's
-    ``after`` and ``before`` on the changed fields. invoke: the action's status request,
+    update/replace/create/delete: re-read the target and compare the fields the plan
+    sets with their planned and previous values (``judge``, as the worker's verification
+    does). invoke: the action's status request,
     or — where the upstream honours idempotency keys — the same request with the same
     key, which the upstream answers without doing the work twice. Anything else stays
     ``unknown``, with what was found recorded, and is looked at again a few times
@@ -191,34 +192,123 @@ def reconcile(*, plan_id, actor: str = EXECUTOR) -> str:
 def read_back(plan: Plan) -> tuple[str | None, dict[str, Any]]:
     """Re-read the target and decide: applied (completed), not applied (rejected), or
     neither (None: changed by someone else, or gone). The worker's verification of a 2xx
-    and the reconciliation of an unknown outcome both ask this."""
+    and the reconciliation of an unknown outcome both ask this, so they never disagree."""
     spec = plan.action.spec
     with read_client(plan.action.connector) as client:
         result = read_target(client, spec, plan.input)
+    return judge(plan, result.exists, result.body, version=result.version)
+
+
+def judge(
+    plan: Plan, exists: bool, current: Any, *, version: Any = None
+) -> tuple[str | None, dict[str, Any]]:
+    """What a read of the target says about the plan's write (see ``read_back``).
+
+    Only the fields the plan sets are compared (``planned_fields``): the upstream's own
+    fields (an id, a version, timestamps, an ETag) are expected to appear and to move. A
+    field the plan sets that reads back with another value is a mismatch, whoever made
+    it: another writer, or the upstream storing it differently (a lower-cased email).
+    Countersign cannot tell the two apart, so it verifies neither and names the field.
+    """
     kind = plan.kind
-    finding: dict[str, Any] = {"exists": result.exists, "version": result.version}
+    finding: dict[str, Any] = {"exists": exists, "version": version}
     if kind == "delete":
-        if not result.exists:
+        if not exists:
             return PlanStatus.COMPLETED, {**finding, "verdict": "applied"}
-        if result.version == plan.precondition.get("expected"):
+        if version == plan.precondition.get("expected"):
             return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
         return None, {**finding, "verdict": "changed by someone else"}
-    if kind == "create":
-        if not result.exists:
+    if not exists:
+        if kind == "create":
             return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
-        current = result.body
-    else:
-        if not result.exists:
-            return None, {**finding, "verdict": "the target is gone"}
-        current = result.body
-    # Compare only what the plan changes: the upstream moves versions and timestamps.
-    paths = [c["path"] for c in plan.changes] or ["/"]
-    matches_after = all(_at(current, p) == _at(plan.after, p) for p in paths)
-    if matches_after:
+        return None, {**finding, "verdict": "the target is gone"}
+    if kind == "replace":
+        # A replace's removals are not checked: an upstream keeps its own fields (id,
+        # created_at, version) through a PUT, and nothing says which those are. The
+        # fields it kept are recorded, so a person can see them.
+        kept = [
+            c["path"]
+            for c in plan.changes
+            if c["op"] == "remove" and _at(current, c["path"]) is not ABSENT
+        ]
+        if kept:
+            finding["kept"] = kept[:MAX_LISTED]
+    differs = [path for path, value in planned_fields(plan) if not holds(value, current, path)]
+    if not differs:
         return PlanStatus.COMPLETED, {**finding, "verdict": "applied"}
-    if kind != "create" and all(_at(current, p) == _at(plan.before, p) for p in paths):
+    if kind != "create" and _unchanged(plan, current):
         return PlanStatus.REJECTED, {**finding, "verdict": "not applied"}
-    return None, {**finding, "verdict": "changed by someone else"}
+    return None, {**finding, "verdict": "changed by someone else", "differs": differs[:MAX_LISTED]}
+
+
+# The most paths a finding lists (differing, kept): enough to act on, bounded in size.
+MAX_LISTED = 20
+
+
+class _Absent:
+    """A field that is not there (distinct from a JSON null)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+def planned_fields(plan: Plan) -> list[tuple[str, Any]]:
+    """The fields the plan sets, as (JSON pointer, planned value); ``ABSENT`` for a field
+    it removes. A create sets each field of its body (its change is the whole record);
+    an update sets and removes the fields its changes name; a replace sets the fields
+    its changes name (its removals: see ``judge``)."""
+    if plan.kind == "create":
+        if isinstance(plan.after, dict):
+            return [(f"/{escape_pointer_token(k)}", v) for k, v in plan.after.items()]
+        return [("/", plan.after)]
+    fields = []
+    for change in plan.changes:
+        if change["op"] != "remove":
+            fields.append((change["path"], change["after"]))
+        elif plan.kind == "update":
+            fields.append((change["path"], ABSENT))
+    return fields
+
+
+def holds(planned: Any, document: Any, pointer: str = "/") -> bool:
+    """Whether the value at ``pointer`` in ``document`` is the planned one. An object
+    holds the planned object when every planned field holds (the upstream may add
+    fields of its own, at any depth); an array when it has as many items, each holding
+    the planned one; a null or ``ABSENT`` when the field is absent or null (a merge
+    patch's null removes); anything else when it is the same JSON value."""
+    return _same(planned, _at(document, pointer))
+
+
+def _same(planned: Any, value: Any) -> bool:
+    if planned is ABSENT or planned is None:
+        return value is ABSENT or value is None
+    if isinstance(planned, dict):
+        return isinstance(value, dict) and all(
+            _same(v, value.get(k, ABSENT)) for k, v in planned.items()
+        )
+    if isinstance(planned, list):
+        return (
+            isinstance(value, list)
+            and len(value) == len(planned)
+            and all(_same(p, v) for p, v in zip(planned, value, strict=True))
+        )
+    if isinstance(planned, bool) or isinstance(value, bool):
+        return planned is value
+    if isinstance(planned, int | float) and isinstance(value, int | float):
+        return planned == value
+    return type(planned) is type(value) and planned == value
+
+
+def _unchanged(plan: Plan, current: Any) -> bool:
+    """Every field the plan changes still has its value from before: the write did
+    nothing. (A plan that changes nothing is never "not applied".)"""
+    changes = [c for c in plan.changes if plan.kind == "update" or c["op"] != "remove"]
+    return bool(changes) and all(
+        _same(ABSENT if c["op"] == "add" else c["before"], _at(current, c["path"])) for c in changes
+    )
 
 
 def _at(document: Any, pointer: str) -> Any:
@@ -227,7 +317,7 @@ def _at(document: Any, pointer: str) -> Any:
     try:
         return resolve_pointer(document, pointer)
     except KeyError:
-        return None
+        return ABSENT
 
 
 def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, dict[str, Any]]:

@@ -595,7 +595,7 @@ def _record(claim: Claim, auth: Auth, sent: Sent) -> str:
 
 def _verify(claim: Claim, *, answer: dict[str, Any], notes: list[str], result) -> str:
     """A 2xx is not proof: read the target back (read credential, no transaction open)
-    and compare the changed fields with the plan's ``after``.
+    and compare the fields the plan sets with their planned values (``judge``).
 
     The answer is committed first, so it is never lost: if this worker dies during the
     read-back, the sweeper finds the attempt answered and the plan executing, and has it
@@ -622,12 +622,17 @@ def _verify(claim: Claim, *, answer: dict[str, Any], notes: list[str], result) -
             f"the upstream answered {status}, but reading the target back shows the change "
             "was not applied; nothing was sent again"
         )
+    elif finding.get("differs"):
+        state, verified = PlanStatus.COMPLETED, False
+        fields = ", ".join(finding["differs"])
+        detail = (
+            f"applied ({status}), but not verified: reading the target back, {fields} "
+            "differs from the plan (the upstream may store values differently, or someone "
+            "else changed the target since)"
+        )
     else:
         state, verified = PlanStatus.COMPLETED, False
-        detail = (
-            f"applied ({status}), but not verified: {finding['verdict']} (the upstream may "
-            "store values differently, or the target changed since)"
-        )
+        detail = f"applied ({status}), but not verified: {finding['verdict']}"
     plan_transition(
         plan,
         to=state,

@@ -192,6 +192,10 @@ def test_create_writes_with_if_none_match(upstream, approved, run, executor_key)
     assert write["method"] == "PUT"
     assert write["headers"]["if-none-match"] == "*"
     assert upstream.state()["contacts"]["c-2000"]["name"] == "Katherine Johnson"
+    # The upstream adds its own fields (a version); the fields the plan set are as planned.
+    assert set(upstream.state()["contacts"]["c-2000"]) - set(plan.after) == {"version"}
+    plan = fresh(plan)
+    assert plan.verified is True, plan.outcome_detail
 
 
 def test_delete_needs_both_approvals_then_writes_once(upstream, approved, run, executor_key):
