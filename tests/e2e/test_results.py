@@ -121,3 +121,21 @@ def test_a_200_that_changed_nothing_ends_not_applied(live, agent_api, rita, upst
     assert [w["method"] for w in upstream.writes()] == ["PATCH"]
     assert upstream.state()["contacts"]["c-1001"] == before
     eventually(lambda: 'data-testid="not-applied"' in rita.page(plan["id"]), what="page")
+
+
+def test_a_create_the_upstream_adds_a_version_to_is_verified(live, agent_api, rita, upstream):
+    contact = {
+        "contact_id": "c-2600",
+        "name": "Dorothy Vaughan",
+        "email": "dv@example.test",
+        "workspace": "ws-blue",
+    }
+    plan = propose(agent_api, "create_contact", contact)
+    rita.decide(plan["id"], "approve")
+    done = agent_api.wait_for(plan["id"])
+    assert done["status"] == "completed", done
+    assert done["outcome"]["verified"] is True, done["outcome"]
+    assert done["outcome"]["upstream_status"] == 201
+    # The upstream's record carries a field of its own the plan never set.
+    assert upstream.state()["contacts"]["c-2600"]["version"] == 1
+    assert [w["method"] for w in upstream.writes()] == ["PUT"]

@@ -184,7 +184,9 @@ ACTIONS = {
         ["name", "email", "nickname"],
     ),
     "update_record_email": _action("update", "PATCH", {"email": "email"}, ["email"]),
-    "replace_record": _action("replace", "PUT", {"name": "name", "email": "email"}, ["name", "email"]),
+    "replace_record": _action(
+        "replace", "PUT", {"name": "name", "email": "email"}, ["name", "email"]
+    ),
     "delete_record": _action("delete", "DELETE", None, []),
 }
 NEW = {"record_id": "r-2", "name": "Grace", "email": "grace@example.test", "nickname": "amazing"}
@@ -286,9 +288,7 @@ def test_a_delete_is_verified_by_the_target_being_absent(records, propose, run):
 # --- a planned field not as planned: not verified -----------------------------------------
 
 
-def test_a_create_whose_field_the_upstream_did_not_store_is_not_verified(
-    records, propose, run
-):
+def test_a_create_whose_field_the_upstream_did_not_store_is_not_verified(records, propose, run):
     records.quirks = {"drop": "nickname"}
     plan = propose("create_record", NEW)
     assert run(plan) == PlanStatus.COMPLETED  # the upstream said 201 and the record exists
