@@ -22,7 +22,7 @@ from actions.models import Connector, Credential
 from actions.services import agent_create, credential_set
 from approvals.models import Attempt, Plan, PlanStatus
 from approvals.services import plan_submit
-from executors.reconciliation import read_back, reconcile
+from executors.reconciliation import ABSENT, holds, read_back, reconcile
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 
 pytestmark = pytest.mark.usefixtures("executor_key")
@@ -349,3 +349,27 @@ def test_an_unknown_create_not_stored_as_planned_stays_unknown_and_names_the_fie
     assert finding["verdict"] == "changed by someone else"
     assert finding["differs"] == ["/nickname"]
     assert settled(plan).status == PlanStatus.UNKNOWN and not settled(plan).verified
+
+
+# --- what "as planned" means -----------------------------------------------------------------
+
+
+def test_a_planned_value_holds_with_the_upstreams_additions_and_only_then():
+    doc = {
+        "address": {"city": "Paris", "geo": {"lat": 48.8}},
+        "tags": [{"name": "a", "id": 1}],
+        "count": 1,
+        "on": True,
+        "gone": None,
+    }
+    # The upstream may add fields at any depth, inside array items too.
+    assert holds({"city": "Paris"}, doc, "/address")
+    assert holds([{"name": "a"}], doc, "/tags")
+    # But not add or drop items, change a planned value, or change its JSON type.
+    assert not holds([{"name": "a"}, {"name": "b"}], doc, "/tags")
+    assert not holds({"city": "paris"}, doc, "/address")
+    assert holds(1.0, doc, "/count") and not holds(True, doc, "/count")
+    assert not holds(1, doc, "/on") and not holds("1", doc, "/count")
+    # A removed field is absent or null; a planned field that is absent does not hold.
+    assert holds(ABSENT, doc, "/missing") and holds(ABSENT, doc, "/gone")
+    assert not holds(ABSENT, doc, "/count") and not holds("x", doc, "/missing")
