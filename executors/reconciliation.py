@@ -229,7 +229,7 @@ def judge(
         kept = [
             c["path"]
             for c in plan.changes
-            if c["op"] == "remove" and _at(current, c["path"]) is not ABSENT
+            if c["op"] == "remove" and not holds(ABSENT, current, c["path"])
         ]
         if kept:
             finding["kept"] = kept[:MAX_LISTED]

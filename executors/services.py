@@ -625,9 +625,10 @@ def _verify(claim: Claim, *, answer: dict[str, Any], notes: list[str], result) -
     elif finding.get("differs"):
         state, verified = PlanStatus.COMPLETED, False
         fields = ", ".join(finding["differs"])
+        verb = "differs" if len(finding["differs"]) == 1 else "differ"
         detail = (
             f"applied ({status}), but not verified: reading the target back, {fields} "
-            "differs from the plan (the upstream may store values differently, or someone "
+            f"{verb} from the plan (the upstream may store values differently, or someone "
             "else changed the target since)"
         )
     else:
