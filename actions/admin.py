@@ -39,14 +39,14 @@ from .catalog import (
 )
 from .export import definition_text
 from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential, VaultState
-from .openapi_import import OpenAPIImportError, import_openapi
+from .openapi import OpenAPIImportError, import_openapi
 from .services import credentials_revoke, vault_set_locked
 from .spec import InputValidator
 
 log = logging.getLogger(__name__)
 
 CARD_FIELDS = ("effect", "scope", "result", "consent", "retry")
-# The importer's own limit (openapi_import.MAX_DOCUMENT_BYTES), the same on the command line.
+# The importer's own limit (actions.openapi.MAX_DOCUMENT_BYTES), the same on the command line.
 MAX_OPENAPI_BYTES = 16 * 1024 * 1024
 # The names agents' attributes may have: what a scope rule's ``equals_agent`` can name.
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

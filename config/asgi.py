@@ -28,7 +28,7 @@ wsgi_application = get_wsgi_application()
 from django.conf import settings  # noqa: E402  (configured by the line above)
 
 from actions.lib.problems import PROBLEM_CONTENT_TYPE, problem_body  # noqa: E402
-from actions.openapi_import import MAX_DOCUMENT_BYTES  # noqa: E402  (needs the apps loaded)
+from actions.openapi import MAX_DOCUMENT_BYTES  # noqa: E402  (needs the apps loaded)
 from approvals.longpoll import LongPollGate, LoopSemaphore  # noqa: E402
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import pytest
 
 from actions.export import export_catalog
 from actions.management.commands.import_openapi import render_report
-from actions.openapi_import import ImportReport, import_openapi
+from actions.openapi import ImportReport, import_openapi
 
 DOCS = Path(__file__).with_name("openapi")
 GOLDEN = DOCS / "golden"

@@ -14,12 +14,8 @@ from django.core.management import CommandError, call_command
 from actions.catalog import load_catalog, validate_action_definition, validate_catalog
 from actions.lib.models import AuditEvent
 from actions.models import Action, ActionVersion, Connector
-from actions.openapi_import import (
-    IDENTIFIER_PATTERN,
-    ImportReport,
-    OpenAPIImportError,
-    import_openapi,
-)
+from actions.openapi import ImportReport, OpenAPIImportError, import_openapi
+from actions.openapi.schemas import IDENTIFIER_PATTERN
 from tests.conftest import DEMO_CATALOG
 
 DOCS = Path(__file__).with_name("openapi")

@@ -15,7 +15,8 @@ from actions.admin import definition_problems
 from actions.catalog import action_define, load_catalog
 from actions.export import export_catalog
 from actions.models import Action, Connector
-from actions.openapi_import import MAX_RESULT_FIELDS, import_openapi
+from actions.openapi import import_openapi
+from actions.openapi.results import MAX_RESULT_FIELDS
 from tests.actions.test_openapi_import import (
     DOCS,
     ID_PARAM,

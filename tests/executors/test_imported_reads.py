@@ -11,7 +11,7 @@ import pytest
 
 from actions.catalog import action_define
 from actions.models import Action
-from actions.openapi_import import import_openapi
+from actions.openapi import import_openapi
 from actions.services import agent_create
 from approvals.models import Plan, PlanStatus
 from approvals.services import approval_record, plan_submit

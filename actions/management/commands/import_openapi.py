@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from actions.openapi_import import (
+from actions.openapi import (
     MAX_DOCUMENT_BYTES,
     ImportReport,
     OpenAPIImportError,
