@@ -220,7 +220,7 @@ class SchemaConverter:
         self, node: dict[str, Any], pointer: str, stack: tuple[str, ...]
     ) -> tuple[dict[str, Any], str, tuple[str, ...], bool]:
         """One schema that may also be null, however the document says so: 3.0's
-        ``nullable: true``, 3.1's ``type: [T, "null"]`` (left to ``_types``), or
+        ``nullable: true``, 3.1's ``type: [T, "null"]`` (left to ``schema_types``), or
         ``anyOf``/``oneOf`` of a schema and ``{type: "null"}``."""
         nullable = node.get("nullable") is True
         for combinator in ("anyOf", "oneOf"):
@@ -230,10 +230,10 @@ class SchemaConverter:
             resolved = []
             for i, raw in enumerate(variants):
                 resolved.append(self.doc.deref(raw, f"{pointer}/{combinator}/{i}", stack))
-            nulls = [r for r in resolved if is_null_schema(r[0])]
+            nulls = [r for r in resolved if _is_null_schema(r[0])]
             if not nulls:
                 continue
-            rest = [r for r in resolved if not is_null_schema(r[0])]
+            rest = [r for r in resolved if not _is_null_schema(r[0])]
             if len(rest) != 1:
                 # Several shapes and null: keep the alternatives, allow null among them.
                 node = {**node, combinator: [r[0] for r in rest] + [{"type": "null"}]}
@@ -373,7 +373,7 @@ def types_of(schema: Any) -> set[str]:
     return set(raw) if isinstance(raw, list) else {raw} if isinstance(raw, str) else set()
 
 
-def is_null_schema(node: Any) -> bool:
+def _is_null_schema(node: Any) -> bool:
     return isinstance(node, dict) and (
         node.get("type") == "null" or node.get("type") == ["null"] or node.get("enum") == [None]
     )
