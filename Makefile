@@ -5,7 +5,8 @@
 #   make chaos   the full chaos run (300 plans); figures to docs/reliability.md
 #   make soak    2 web servers and 2 workers executing 1,000 plans exactly once
 #   make bench   benchmarks (PostgreSQL + Redis); docs/benchmarks.md and docs/benchmarks/*.png
-#   make lint    ruff check + ruff format --check + the import contracts (lint-imports)
+#   make lint    ruff check + ruff format --check + the import contracts (lint-imports) +
+#                the migrations since the previous release keep it running (CHANGELOG.md)
 #   make fmt     apply ruff fixes and formatting
 #   make lock    regenerate requirements.lock from pyproject.toml
 #   make venv    create/sync .venv from requirements.lock
@@ -136,6 +137,7 @@ lint: venv
 	$(RUFF) check .
 	$(RUFF) format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m release.check_migrations
 
 fmt: venv
 	$(RUFF) check --fix .

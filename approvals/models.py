@@ -285,7 +285,9 @@ class Approval(models.Model):
     passkey = models.ForeignKey(
         "Passkey", null=True, blank=True, on_delete=models.PROTECT, related_name="approvals"
     )
-    assertion = models.JSONField(default=dict, blank=True)
+    # db_default: a release that predates the column inserts approvals without it
+    # (docs/deployment.md, Upgrading); the same holds for every column added since.
+    assertion = models.JSONField(default=dict, db_default={}, blank=True)
 
     class Meta:
         ordering = ["created_at"]
@@ -339,7 +341,7 @@ class Attempt(models.Model):
     status_path = models.CharField(max_length=500, blank=True)
     status_checks = models.PositiveSmallIntegerField(default=0)
     # Reconciliations of an unknown outcome tried so far (automatic and "check now").
-    reconcile_checks = models.PositiveSmallIntegerField(default=0)
+    reconcile_checks = models.PositiveSmallIntegerField(default=0, db_default=0)
     reconciliation = models.JSONField(default=dict, blank=True)
     revalidation = models.JSONField(default=dict)  # what the re-read found
     created_at = models.DateTimeField(auto_now_add=True)

@@ -32,7 +32,8 @@ class AuditEvent(models.Model):
     fingerprint = models.CharField(max_length=64, blank=True)
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=64, blank=True, default="")
-    body = models.TextField(blank=True, default="")
+    # db_default: older releases insert events without it (docs/deployment.md, Upgrading).
+    body = models.TextField(blank=True, default="", db_default="")
     hash = models.CharField(max_length=64)
 
     class Meta:
