@@ -206,27 +206,48 @@ def _check(loader: MigrationLoader, connection, released: Iterable[Node]) -> lis
     # The previous release's migrations first (they need nothing newer), then the rest.
     plan = [n for n in plan if n in released] + [n for n in plan if n not in released]
 
-    state = ProjectState(real_apps=loader.unmigrated_apps)
     problems: list[Problem] = []
     seen: set[tuple[str, str | None, str]] = set()
-    old_models: Models | None = None
-    old_schema: Schema = {}
+    old_models, old_schema, state = _released_state(loader, connection, plan, released)
     for node in plan:
-        if node not in released and old_models is None:
-            old_models, old_schema = _models(state), _schema(connection)
+        if node in released:
+            continue
         migration = graph.nodes[node]
         with connection.schema_editor(atomic=migration.atomic) as editor:
             state = migration.apply(state, editor)
-        if node in released:
-            continue
         for found in incompatibilities(old_models, old_schema, _schema(connection), node):
             key = (found.table, found.column, found.message)
             if key not in seen:
                 seen.add(key)
                 problems.append(found)
-    if old_models is not None:
+    if any(node not in released for node in plan):
         problems += _unwritten(_models(state), _schema(connection))
     return problems
+
+
+# The database and models after a set of released migrations, by their names: the tests
+# check many additions to the same release, and migrating it takes seconds.
+_released_cache: dict[frozenset[Node], tuple[bytes, ProjectState, Models, Schema]] = {}
+
+
+def _released_state(
+    loader: MigrationLoader, connection, plan: list[Node], released: set[Node]
+) -> tuple[Models, Schema, ProjectState]:
+    key = frozenset(released)
+    connection.ensure_connection()
+    if key in _released_cache:
+        data, state, models, schema = _released_cache[key]
+        connection.connection.deserialize(data)
+        return models, schema, state.clone()
+    state = ProjectState(real_apps=loader.unmigrated_apps)
+    for node in plan:
+        if node in released:
+            migration = loader.graph.nodes[node]
+            with connection.schema_editor(atomic=migration.atomic) as editor:
+                state = migration.apply(state, editor)
+    models, schema = _models(state), _schema(connection)
+    _released_cache[key] = (connection.connection.serialize(), state.clone(), models, schema)
+    return models, schema, state
 
 
 def released_migrations(loader: MigrationLoader, commit: str, root: Path) -> set[Node]:
