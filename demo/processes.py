@@ -37,13 +37,18 @@ def database_url(settings_dict: dict) -> str:
 
 
 class Process:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path) -> None:
+    """A process started in ``cwd``: this checkout, or another release's
+    (tests/e2e/test_upgrade.py runs the previous release beside this one)."""
+
+    def __init__(
+        self, name: str, args: list[str], env: dict[str, str], log_dir: Path, cwd: Path = ROOT
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             args,
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -114,17 +119,20 @@ def start_web(
     workers: int | None = None,
     port: int | None = None,
     host_name: str = "127.0.0.1",
+    python: str = sys.executable,
+    cwd: Path = ROOT,
 ) -> tuple[Process, str]:
     """The web server (``python -m config.web``) on ``port`` (a free one by default);
     ``workers`` > 1 runs that many uvicorn processes under its supervisor, each on a
     listening socket of its own (as in production). It listens on 127.0.0.1;
     ``host_name`` is the name its public URL uses (``localhost`` for passkeys, which an
-    IP address cannot be the relying party of)."""
+    IP address cannot be the relying party of). ``python`` and ``cwd``: another
+    checkout's interpreter and directory."""
     port = port or free_port()
     url = f"http://{host_name}:{port}"
     env = {**env, "COUNTERSIGN_PUBLIC_URL": url}
     args = [
-        sys.executable,
+        python,
         "-m",
         "config.web",
         "--host",
@@ -137,7 +145,7 @@ def start_web(
     ]
     if workers:
         args += ["--workers", str(workers)]
-    proc = Process(name, args, env, log_dir)
+    proc = Process(name, args, env, log_dir, cwd)
     deadline = time.monotonic() + 30 + 10 * (workers or 0)
     while time.monotonic() < deadline:
         if not proc.alive():
@@ -151,11 +159,16 @@ def start_web(
     raise RuntimeError(f"web server did not start:\n{proc.log()}")
 
 
-def worker_args(name: str, concurrency: int = 1, beat_schedule: Path | None = None) -> list[str]:
+def worker_args(
+    name: str,
+    concurrency: int = 1,
+    beat_schedule: Path | None = None,
+    python: str = sys.executable,
+) -> list[str]:
     """The command line of a Celery worker; with ``beat_schedule`` it also runs the
     sweeper's beat (embedded, ``-B``), keeping its schedule in that file."""
     args = [
-        sys.executable,
+        python,
         "-m",
         "celery",
         "-A",
@@ -196,6 +209,9 @@ def start_worker(
     *,
     beat_schedule: Path | None = None,
     wait: bool = True,
+    python: str = sys.executable,
+    cwd: Path = ROOT,
 ) -> Process:
-    proc = Process(name, worker_args(name, concurrency, beat_schedule), env, log_dir)
+    args = worker_args(name, concurrency, beat_schedule, python)
+    proc = Process(name, args, env, log_dir, cwd)
     return wait_ready(proc) if wait else proc

@@ -76,9 +76,7 @@ def test_it_passes_new_columns_with_a_database_default_or_null_and_new_tables():
                     ),
                     migrations.AddField("agent", "paused_at", models.DateTimeField(null=True)),
                     # Wider keeps every value the previous release writes.
-                    migrations.AlterField(
-                        "agent", "token_prefix", models.CharField(max_length=32)
-                    ),
+                    migrations.AlterField("agent", "token_prefix", models.CharField(max_length=32)),
                     migrations.CreateModel(
                         "Quota",
                         [
