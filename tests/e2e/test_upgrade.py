@@ -64,33 +64,12 @@ def previous(tmp_path_factory):
 
 
 @pytest.fixture
-def previous_processes(previous, live, live_env, live_logs, worker_keys):
-    """The previous release's web server and worker, on this database and a queue of
-    their own; yields (its URL, its worker)."""
-    from demo.processes import start_web, start_worker
-
-    version, tree, python = previous
-    env = {
-        **live_env,
-        "COUNTERSIGN_QUEUE": f"{live_env['COUNTERSIGN_QUEUE']}-{version}",
-        "COUNTERSIGN_VAR_DIR": str(tree / "var"),
-    }
-    started = []
-    try:
-        web, url = start_web(env, live_logs, name=f"web-{version}", python=python, cwd=tree)
-        started.append(web)
-        worker = start_worker(
-            {**env, "COUNTERSIGN_WORKER_KEY_FILE": worker_keys["private_file"]},
-            live_logs,
-            name=f"worker-{version}",
-            python=python,
-            cwd=tree,
-        )
-        started.append(worker)
-        yield url, worker
-    finally:
-        for proc in started:
-            proc.stop()
+def started():
+    """Processes a test starts; stopped at its end, newest first."""
+    processes = []
+    yield processes
+    for proc in reversed(processes):
+        proc.stop()
 
 
 def propose_approve_execute(url: str, token: str, worker, upstream, email: str) -> dict:
@@ -116,12 +95,43 @@ def propose_approve_execute(url: str, token: str, worker, upstream, email: str) 
         rita.close()
 
 
-def test_the_previous_release_runs_on_the_migrated_database_then_this_one(
-    previous_processes, live, upstream, agent_token, reviewer
+def test_a_rolling_deploy_from_the_previous_release(
+    previous, started, live, live_env, live_logs, worker_keys, upstream, agent_token, reviewer
 ):
-    old_url, old_worker = previous_processes
-    # The previous release's processes, on the schema this code migrated: a proposal
-    # (an INSERT of the columns it knows), an approval, an execution (its attempt).
-    propose_approve_execute(old_url, agent_token, old_worker, upstream, "ada@old.example")
-    # Then this release's, on the same database.
-    propose_approve_execute(live["url"], agent_token, live["worker"], upstream, "ada@new.example")
+    """docs/deployment.md, Upgrading: after `migrate`, the previous release's processes
+    and this one's may serve side by side in any mix while they are replaced."""
+    from demo.processes import start_web, start_worker
+
+    version, tree, python = previous
+    # A queue of this test's own; the previous release's files in its checkout.
+    env = {**live_env, "COUNTERSIGN_QUEUE": f"{live_env['COUNTERSIGN_QUEUE']}-{version}"}
+    old_env = {**env, "COUNTERSIGN_VAR_DIR": str(tree / "var")}
+    key = {"COUNTERSIGN_WORKER_KEY_FILE": worker_keys["private_file"]}
+
+    def run(url: str, worker, email: str) -> None:
+        propose_approve_execute(url, agent_token, worker, upstream, email)
+
+    old_web, old_url = start_web(old_env, live_logs, name=f"web-{version}", python=python, cwd=tree)
+    started.append(old_web)
+    old_worker = start_worker(
+        {**old_env, **key}, live_logs, name=f"worker-{version}", python=python, cwd=tree
+    )
+    started.append(old_worker)
+    # Migrated, nothing replaced yet: the previous release alone on this schema (its
+    # INSERTs of a plan, an approval, an attempt, audit events, without the new columns).
+    run(old_url, old_worker, "ada@old.example")
+
+    # A web server replaced first: this release's, beside the previous worker.
+    new_web, new_url = start_web(env, live_logs, name="web-upgraded")
+    started.append(new_web)
+    run(new_url, old_worker, "ada@web-first.example")
+
+    # The workers replaced first: this release's worker, the previous web server.
+    old_worker.stop()
+    new_worker = start_worker({**env, **key}, live_logs, name="worker-upgraded")
+    started.append(new_worker)
+    run(old_url, new_worker, "ada@workers-first.example")
+
+    # Everything replaced: this release's processes, the suite's own.
+    old_web.stop()
+    run(live["url"], live["worker"], "ada@new.example")
