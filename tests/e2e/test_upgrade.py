@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import time
 
+import httpx
 import pytest
 
 from release.changelog import ROOT, previous_release
@@ -117,6 +118,9 @@ def test_a_rolling_deploy_from_the_previous_release(
         {**old_env, **key}, live_logs, name=f"worker-{version}", python=python, cwd=tree
     )
     started.append(old_worker)
+    # Migrations it does not know are no reason for it to leave the load balancer.
+    ready = {c["name"]: c for c in httpx.get(f"{old_url}/readyz", timeout=10).json()["checks"]}
+    assert ready["migrations"]["ok"], ready
     # Migrated, nothing replaced yet: the previous release alone on this schema (its
     # INSERTs of a plan, an approval, an attempt, audit events, without the new columns).
     run(old_url, old_worker, "ada@old.example")
