@@ -137,7 +137,7 @@ lint: venv
 	$(RUFF) check .
 	$(RUFF) format --check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m release.check_migrations
+	$(PY) -m config.release.check_migrations
 
 fmt: venv
 	$(RUFF) check --fix .

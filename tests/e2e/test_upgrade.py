@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from release.changelog import ROOT, previous_release
+from config.release.changelog import ROOT, previous_release
 from tests.e2e.support import AgentClient, ReviewerClient, WorkerLogs
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""The rolling-deploy rule `make lint` enforces (release/schema.py): migrations newer than
+"""The rolling-deploy rule `make lint` enforces (config/release/schema.py): migrations newer than
 the previous release must leave that release able to run. Each test adds migrations to
 this project's real ones, in memory, and runs them on a scratch SQLite database."""
 
@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.db import migrations, models
 
-from release.changelog import ROOT, previous_release, releases
-from release.schema import check, scratch_loader
+from config.release.changelog import ROOT, previous_release, releases
+from config.release.schema import check, scratch_loader
 
 
 def _migration(app_label: str, name: str, operations: list) -> migrations.Migration:

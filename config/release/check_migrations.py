@@ -1,5 +1,5 @@
-"""``python -m release.check_migrations [--since COMMIT]``: refuse migrations that would
-break the previous release during a rolling deploy (release/schema.py). ``make lint``
+"""``python -m config.release.check_migrations [--since COMMIT]``: refuse migrations that would
+break the previous release during a rolling deploy (config/release/schema.py). ``make lint``
 runs it; the previous release is the newest CHANGELOG.md entry with a commit."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import argparse
 import os
 import sys
 
-from release.changelog import ROOT, previous_release
+from config.release.changelog import ROOT, previous_release
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m release.check_migrations")
+    parser = argparse.ArgumentParser(prog="python -m config.release.check_migrations")
     parser.add_argument("--since", metavar="COMMIT", help="the previous release's commit")
     args = parser.parse_args(argv)
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
-    from release.schema import check, released_migrations, scratch_loader
+    from config.release.schema import check, released_migrations, scratch_loader
 
     if args.since:
         label, commit = args.since, args.since

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 CHANGELOG = ROOT / "CHANGELOG.md"
 
 _HEADING = re.compile(r"^## +\[?(?P<version>\d+\.\d+\.\d+)\]?(?P<rest>.*)$")

@@ -1,3 +1,3 @@
 """Release tooling: which commit the previous release is (CHANGELOG.md) and whether the
-migrations since then leave that release able to run (``python -m release.check_migrations``,
+migrations since then leave that release able to run (``python -m config.release.check_migrations``,
 run by ``make lint``). Not part of the product: nothing in the apps imports it."""
