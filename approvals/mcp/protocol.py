@@ -32,7 +32,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError, NoBackChannelError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from actions.lib.bearer import bearer_token
@@ -57,7 +57,7 @@ from ..api import (
 )
 from ..models import Plan, PlanStatus
 from ..ratelimit import rate_limit_check
-from ..schemas import PlanCreate, PlanOut
+from ..schemas import PlanCreate, PlanOut, Problem
 from ..selectors import actions_for_agent, plan_for_agent
 from ..services import plan_cancel, plan_submit
 from ..wakeups import db_call, wait_for_change
@@ -171,7 +171,17 @@ def _key_field(input_schema: dict[str, Any]) -> str:
 
 
 def _plan_output_schema() -> dict[str, Any]:
-    return PlanOut.model_json_schema()
+    """The plan, or for a refusal (``isError: true``) the API's problem document: the
+    2025-11-25 specification wants every structured result to match the declared schema,
+    and clients on the TypeScript SDK 1.x check error results too."""
+    schema = TypeAdapter(PlanOut | Problem).json_schema()
+    defs = schema["$defs"]
+    defs["PlanOut"]["description"] = "The plan, as GET /api/v1/plans/{id} returns it."
+    defs["Problem"]["description"] = (
+        "A refusal (isError: true): the API's RFC 9457 problem document, its pointers "
+        "aimed at the tools/call parameters."
+    )
+    return {"type": "object", **schema}
 
 
 def action_tool(action: Action) -> types.Tool:
