@@ -26,6 +26,7 @@ from pydantic import Field
 
 from ..models import Plan, PlanStatus
 from .consent import is_modern
+from .rendering import status_meaning
 
 TASKS = "io.modelcontextprotocol/tasks"
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
@@ -75,7 +76,7 @@ def task(plan: Plan) -> dict[str, Any]:
     return {
         "taskId": str(plan.id),
         "status": task_status(plan),
-        "statusMessage": f"plan {plan.status}: {PlanStatus(plan.status).meaning}",
+        "statusMessage": f"plan {plan.status}: {status_meaning(plan)}",
         "createdAt": _moment(plan.created_at),
         "lastUpdatedAt": _moment(max(moments)),
         # Plans are kept; the task stays readable as long as the plan is.
