@@ -59,7 +59,15 @@ class PlanStatus(models.TextChoices):
 
     @property
     def meaning(self) -> str:
-        """One sentence for an agent about what the status means (English, as the API)."""
+        """One sentence for an agent about what the status means for a change (English,
+        as the API); ``meaning_for`` words it for a read."""
+        return _MEANINGS[self]
+
+    def meaning_for(self, kind: str) -> str:
+        """What the status means for a plan of this change kind (a read is done, not
+        applied, and returns fields)."""
+        if kind == "read":
+            return _READ_MEANINGS.get(self, _MEANINGS[self])
         return _MEANINGS[self]
 
 
@@ -101,11 +109,10 @@ _MEANINGS = {
     "nothing has been written",
     PlanStatus.APPROVED: "approved; the worker will apply it shortly",
     PlanStatus.EXECUTING: "the worker is applying it now",
-    PlanStatus.COMPLETED: "applied upstream (a read: done, its result returned)",
+    PlanStatus.COMPLETED: "applied upstream",
     PlanStatus.PENDING: "accepted upstream and not finished yet",
     PlanStatus.ALREADY_IN_DESIRED_STATE: "nothing to do: the target already looked like this",
-    PlanStatus.REJECTED: "the upstream refused it (a read: not found, refused or out of "
-    "scope; nothing returned)",
+    PlanStatus.REJECTED: "the upstream refused it; nothing was written",
     PlanStatus.NOT_APPLIED: "the upstream said yes, but reading the target back shows the "
     "change did not happen; nothing was sent again",
     PlanStatus.STALE: "the target changed after the preview; nothing was written (propose again)",
@@ -114,6 +121,21 @@ _MEANINGS = {
     PlanStatus.DENIED: "a reviewer denied it; nothing was written",
     PlanStatus.EXPIRED: "nobody decided in time; nothing was written",
     PlanStatus.CANCELLED: "withdrawn; nothing was written",
+}
+# A read changes nothing: where a change's wording would say "written", a read's says
+# what it returned.
+_READ_MEANINGS = {
+    PlanStatus.AWAITING_APPROVAL: "waiting for a person to approve or deny it; "
+    "nothing has been read",
+    PlanStatus.APPROVED: "approved; the worker will read the target shortly",
+    PlanStatus.EXECUTING: "the worker is reading the target now",
+    PlanStatus.COMPLETED: "read; the declared fields are in the result",
+    PlanStatus.REJECTED: "the upstream refused it (not found, refused or out of scope); "
+    "nothing returned",
+    PlanStatus.REFUSED: "Countersign did not send it (see the outcome); nothing was read",
+    PlanStatus.DENIED: "a reviewer denied it; nothing was read",
+    PlanStatus.EXPIRED: "nobody decided in time; nothing was read",
+    PlanStatus.CANCELLED: "withdrawn; nothing was read",
 }
 
 

@@ -150,12 +150,13 @@ django_application = SizedBodies(
 )
 
 from approvals import wakeups  # noqa: E402  (needs the apps loaded above)
-from approvals.mcp.http import MCP_PATH, METADATA_PATHS, McpHttpApp  # noqa: E402
+from approvals.mcp.http import PATHS as MCP_PATHS  # noqa: E402
+from approvals.mcp.http import McpHttpApp  # noqa: E402
 
 
 class Router:
-    """``/mcp`` and its protected resource metadata to the MCP server, everything else
-    to Django.
+    """``/mcp``, its protected resource metadata and the OAuth authorization server
+    paths (approvals/mcp/http.py) to the MCP server, everything else to Django.
 
     Lifespan events (which Django does not speak) are answered here: startup needs
     nothing, since the MCP app starts its session manager on first use; shutdown stops
@@ -169,9 +170,7 @@ class Router:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-        elif scope["type"] == "http" and (
-            scope["path"].rstrip("/") == MCP_PATH or scope["path"].rstrip("/") in METADATA_PATHS
-        ):
+        elif scope["type"] == "http" and scope["path"].rstrip("/") in MCP_PATHS:
             await self.mcp_app(scope, receive, send)
         else:
             await self.django_app(scope, receive, send)

@@ -1,5 +1,6 @@
-"""The MCP server over streamable HTTP (``/mcp``, routed by config/asgi.py), and its
-OAuth 2.0 protected resource metadata (RFC 9728).
+"""The MCP server over streamable HTTP (``/mcp``, routed by config/asgi.py), its
+OAuth 2.0 protected resource metadata (RFC 9728), and a JSON answer where OAuth clients
+look for an authorization server (there is none).
 
 Stateless: every POST stands alone (no session kept in a process), so any number of web
 processes can serve one client, and a long wait (``get_plan``, a consent round, a
@@ -41,6 +42,28 @@ METADATA_PATH = "/.well-known/oauth-protected-resource" + MCP_PATH
 METADATA_ROOT_PATH = "/.well-known/oauth-protected-resource"
 METADATA_PATHS = frozenset({METADATA_PATH, METADATA_ROOT_PATH})
 
+# Where an OAuth client looks for an authorization server once the metadata names none:
+# the MCP SDKs fall back to the resource's origin (RFC 8414 metadata, OpenID discovery,
+# with the path inserted and appended), then POST /register for dynamic registration,
+# and /authorize or /token with a client they were given. Countersign is no
+# authorization server (it signs people in with one, as a client: approvals/oidc.py),
+# so each answers 404 with an OAuth error body saying how to authenticate, which the
+# SDKs put in their error instead of failing to parse an HTML page.
+NO_AUTHORIZATION_SERVER_PATHS = frozenset(
+    {
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/oauth-authorization-server" + MCP_PATH,
+        "/.well-known/openid-configuration",
+        "/.well-known/openid-configuration" + MCP_PATH,
+        MCP_PATH + "/.well-known/openid-configuration",
+        "/register",
+        "/authorize",
+        "/token",
+    }
+)
+# Every path the MCP app answers (config/asgi.py routes them here).
+PATHS = frozenset({MCP_PATH}) | METADATA_PATHS | NO_AUTHORIZATION_SERVER_PATHS
+
 _MISSING = "send Authorization: Bearer <agent token>"
 _REFUSED = "the token is not an active agent's; ask an administrator for one"
 
@@ -71,6 +94,22 @@ def protected_resource_metadata() -> dict[str, Any]:
             "An administrator registers the agent and gives it its token "
             "(python manage.py create_agent); send it as Authorization: Bearer <token>."
         ),
+    }
+
+
+def no_authorization_server() -> dict[str, Any]:
+    """The body of every OAuth authorization server path: an OAuth error response
+    (RFC 6749 §5.2 shape, which the SDKs parse) that says how this server authenticates."""
+    return {
+        "error": "access_denied",
+        "error_description": (
+            "Countersign has no OAuth authorization server and no client registration. "
+            "Its MCP server takes an agent token that a Countersign administrator issues "
+            "(python manage.py create_agent): configure the client to send it as the "
+            "header Authorization: Bearer <token>. A refused token is not an active "
+            "agent's: ask the administrator for one."
+        ),
+        "resource_metadata": metadata_url(),
     }
 
 
@@ -107,6 +146,9 @@ class McpHttpApp:
             await _send_json(send, 400, _rpc_error(None, INVALID_PARAMS, "Invalid Host header"))
             return
         method = scope.get("method")
+        if scope["path"].rstrip("/") in NO_AUTHORIZATION_SERVER_PATHS:
+            await _send_json(send, 404, no_authorization_server())
+            return
         if scope["path"].rstrip("/") in METADATA_PATHS:
             if method not in ("GET", "HEAD"):
                 await _send_empty(send, 405, {"allow": "GET, HEAD"})

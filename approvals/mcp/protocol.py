@@ -32,7 +32,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError, NoBackChannelError
-from pydantic import BaseModel, ConfigDict, Field
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from actions.lib.bearer import bearer_token
@@ -57,7 +58,7 @@ from ..api import (
 )
 from ..models import Plan, PlanStatus
 from ..ratelimit import rate_limit_check
-from ..schemas import PlanCreate, PlanOut
+from ..schemas import PlanCreate, PlanOut, Problem
 from ..selectors import actions_for_agent, plan_for_agent
 from ..services import plan_cancel, plan_submit
 from ..wakeups import db_call, wait_for_change
@@ -171,7 +172,17 @@ def _key_field(input_schema: dict[str, Any]) -> str:
 
 
 def _plan_output_schema() -> dict[str, Any]:
-    return PlanOut.model_json_schema()
+    """The plan, or for a refusal (``isError: true``) the API's problem document: the
+    2025-11-25 specification wants every structured result to match the declared schema,
+    and clients on the TypeScript SDK 1.x check error results too."""
+    schema = TypeAdapter(PlanOut | Problem).json_schema()
+    defs = schema["$defs"]
+    defs["PlanOut"]["description"] = "The plan, as GET /api/v1/plans/{id} returns it."
+    defs["Problem"]["description"] = (
+        "A refusal (isError: true): the API's RFC 9457 problem document, its pointers "
+        "aimed at the tools/call parameters."
+    )
+    return {"type": "object", **schema}
 
 
 def action_tool(action: Action) -> types.Tool:
@@ -218,6 +229,9 @@ def action_tool(action: Action) -> types.Tool:
         description=description,
         input_schema=schema,
         output_schema=_plan_output_schema(),
+        # A 2025-11-25 client may ask for a task (tasks.py); the 2026-07-28 wire has no
+        # such field (its tasks are an extension) and leaves it out.
+        execution=types.ToolExecution(task_support="optional"),
         annotations=types.ToolAnnotations(
             title=out["title"],
             # By what the call eventually does once approved (api.action_hints), the
@@ -504,6 +518,26 @@ async def _wait_for_decision(plan_id: uuid.UUID, seconds: float) -> None:
             return
 
 
+async def _wait_for_settled(plan_id: uuid.UUID, seconds: float) -> None:
+    """Until the plan is settled (a task's end), or ``seconds`` pass."""
+    status = _db(_plan_status)
+    deadline = anyio.current_time() + seconds
+    while (left := deadline - anyio.current_time()) > 0:
+        seen = await wait_for_change(plan_id, read=lambda: status(plan_id), timeout=left)
+        if seen in PlanStatus.settled() or await status(plan_id) in PlanStatus.settled():
+            return
+
+
+def _refusal_error(result: types.CallToolResult) -> MCPError:
+    """A refused task-augmented call as a JSON-RPC error: the problem line and each
+    pointer in the message, the problem document as its data."""
+    problem = result.structured_content or {}
+    errors = problem.get("errors") or ()
+    pointers = "; ".join(f"{e['pointer'] or '/'}: {e['message']}" for e in errors)
+    message = problem_line(problem) + (f" ({pointers})" if pointers else "")
+    return MCPError(code=INVALID_PARAMS, message=message, data=problem)
+
+
 def build_server(
     token_source: TokenSource = _token_from_request,
     *,
@@ -665,10 +699,11 @@ def build_server(
         connection_subscriptions.unsubscribe(params.uri)
         return types.EmptyResult()
 
-    # --- the tasks extension (2026-07-28) ---
+    # --- tasks: the extension (2026-07-28), and the 2025-11-25 form in the handshake era ---
 
     async def _task_plan(ctx, params: tasks.TaskParams) -> tuple[Agent, Plan]:
-        tasks.require(ctx)
+        if consent.is_modern(ctx):
+            tasks.require(ctx)
         agent = await agent_of(ctx)
         try:
             return agent, await fresh(agent, uuid.UUID(params.task_id))
@@ -677,6 +712,8 @@ def build_server(
 
     async def on_task_get(ctx, params: tasks.TaskParams) -> dict[str, Any]:
         _, plan = await _task_plan(ctx, params)
+        if not consent.is_modern(ctx):
+            return tasks.legacy_task(plan)
         done = tasks.task_status(plan) == "completed"
         result = await rendered(plan, proposed=False) if done else None
         return tasks.detailed(plan, result)
@@ -689,20 +726,36 @@ def build_server(
 
     async def on_task_cancel(ctx, params: tasks.TaskParams) -> dict[str, Any]:
         agent, plan = await _task_plan(ctx, params)
+        legacy = not consent.is_modern(ctx)
+        if legacy and tasks.task_status(plan) != "working":
+            raise tasks.legacy_terminal()
         try:
             await _db(plan_cancel)(agent=agent, plan_id=plan.id)
         except CountersignError:
             # Cooperative: acknowledged; the task ends as the plan does (it was already
             # executing, or settled).
             pass
-        return {}
+        return tasks.legacy_task(await fresh(agent, plan.id)) if legacy else {}
+
+    async def on_task_result(ctx, params: tasks.TaskParams) -> dict[str, Any]:
+        """2025-11-25: the tool result once the plan settles (waiting up to
+        ``RESULT_WAIT_SECONDS`` for that; clients ask once tasks/get says completed)."""
+        if consent.is_modern(ctx):
+            raise tasks.only_legacy("tasks/result")
+        agent, plan = await _task_plan(ctx, params)
+        if tasks.task_status(plan) == "working":
+            await _wait_for_settled(plan.id, tasks.RESULT_WAIT_SECONDS)
+            plan = await fresh(agent, plan.id)
+        if tasks.task_status(plan) == "working":
+            raise tasks.legacy_unfinished(plan)
+        return tasks.legacy_result(plan, await rendered(plan, proposed=False))
 
     subscribe_handlers = (
         {"on_subscribe_resource": on_subscribe, "on_unsubscribe_resource": on_unsubscribe}
         if connection_subscriptions is not None
         else {}
     )
-    server = Server(
+    server = _Server(
         "countersign",
         version="1",
         title="Countersign",
@@ -718,10 +771,66 @@ def build_server(
     server.add_request_handler("tasks/get", tasks.TaskParams, on_task_get)
     server.add_request_handler("tasks/update", tasks.UpdateTaskParams, on_task_update)
     server.add_request_handler("tasks/cancel", tasks.TaskParams, on_task_cancel)
+    server.add_request_handler("tasks/result", tasks.TaskParams, on_task_result)
+
+    async def legacy_task_calls(ctx, call_next):
+        """A 2025-11-25 task-augmented ``tools/call`` (``task`` in its parameters, in the
+        handshake era) of an action's tool: the plan is proposed and its task returned.
+        A middleware, because the SDK checks a handler's ``tools/call`` result against
+        that revision's CallToolResult, which a CreateTaskResult is not (a middleware
+        that answers owns its result)."""
+        raw = ctx.params if isinstance(ctx.params, dict) else {}
+        if ctx.method != "tools/call" or consent.is_modern(ctx) or raw.get("task") is None:
+            return await call_next(ctx)
+        try:
+            params = types.CallToolRequestParams.model_validate(raw, by_name=False)
+        except PydanticValidationError:
+            return await call_next(ctx)  # the SDK's own error for malformed parameters
+        if params.name in RESERVED_NAMES:
+            return await call_next(ctx)  # not task tools (taskSupport forbidden)
+        try:
+            result, plan = await call(propose, ctx, params.name, dict(params.arguments or {}))
+        except MCPError:
+            raise
+        except Exception:
+            correlation_id = current_correlation_id()
+            log.exception("MCP task call error, correlation id %s", correlation_id)
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message=f"Something went wrong on our side; correlation id {correlation_id}",
+            ) from None
+        if plan is None:
+            # No plan, so no task: the refusal is the request's error.
+            raise _refusal_error(result)
+        return tasks.legacy_created(plan)
+
     server.extensions[tasks.TASKS] = {}
     # Seals and verifies requestState (the 2026-07-28 multi-round-trip calls).
     server.middleware.append(consent.state_boundary(token_source))
+    server.middleware.append(legacy_task_calls)
     return server
+
+
+class _Server(Server[Any]):
+    """The SDK's server, with ``listChanged`` false in both eras: the tool list and the
+    resource list do change (an administrator gives an agent an action, a plan is
+    proposed or settles), but Countersign sends no ``list_changed`` notification, so a
+    client reads the lists again when it needs them. (The SDK derives the flags from
+    ``subscriptions/listen`` being served in the 2026-07-28 era and from
+    ``NotificationOptions`` in the handshake era, which made them true in one and false
+    in the other.) ``resources.subscribe`` stays as derived: plans can be followed.
+    """
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        caps = super().get_capabilities(*args, **kwargs)
+        if kwargs.get("protocol_version") not in MODERN_PROTOCOL_VERSIONS:
+            # The 2025-11-25 tasks form (tasks.py): task-augmented tools/call.
+            caps.tasks = tasks.legacy_capability()
+        if caps.tools is not None:
+            caps.tools.list_changed = False
+        if caps.resources is not None:
+            caps.resources.list_changed = False
+        return caps
 
 
 class _Internal(CountersignError):

@@ -33,8 +33,21 @@ CLASS_MEANING = {
 }
 
 
-def _meaning(status: str) -> str:
-    return PlanStatus(status).meaning if status in PlanStatus.values else status
+def status_meaning(plan: Plan, doc: dict[str, Any] | None = None) -> str:
+    """What the plan's status means, worded for its kind: a change is applied (and, once
+    completed, says whether reading the target back confirmed it), a read is done."""
+    status = doc["status"] if doc is not None else plan.status
+    if status not in PlanStatus.values:
+        return status
+    meaning = PlanStatus(status).meaning_for(plan.kind)
+    outcome = (doc or {}).get("outcome") or {}
+    if plan.kind != "read" and status == PlanStatus.COMPLETED and outcome:
+        meaning += (
+            "; reading the target back confirmed the change"
+            if outcome.get("verified")
+            else "; not read back (the upstream's yes is taken at its word)"
+        )
+    return meaning
 
 
 def _json(value: Any) -> Any:
@@ -155,7 +168,7 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
             f"A person must approve this exact plan; status {markdown_code(status)}."
         )
     else:
-        head = f"**Plan {markdown_code(status)}** — {_meaning(status)}."
+        head = f"**Plan {markdown_code(status)}** — {status_meaning(plan, doc)}."
     lines = [head, "", doc["preview"]["summary_markdown"], "", "**Input**", ""]
     lines += _input_lines(plan.action, doc["input"])
     approvals = doc["approvals_required"]
@@ -184,7 +197,7 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
         if not is_read and outcome["state"] in (PlanStatus.COMPLETED, PlanStatus.NOT_APPLIED):
             checked = "yes" if outcome.get("verified") else "no"
             lines.append(f"- Effect verified by reading the target back: {checked}")
-        if outcome.get("result") is not None:
+        if outcome.get("result"):
             lines += ["", "**Result**", ""]
             lines += [
                 f"- {markdown_code(name)}: {markdown_code(value) if value is not None else '—'}"

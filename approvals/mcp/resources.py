@@ -164,8 +164,14 @@ class PlanListen:
         agent = await self._authenticate(ctx)
         requested = list(params.notifications.resource_subscriptions or [])
         followed = await db_call(owned_plan_ids)(agent, requested)
+        # Only plan updates are sent: no list_changed of any kind (listChanged is false).
         honored = params.notifications.model_copy(
-            update={"resource_subscriptions": [plan_uri(p) for p in followed] or None}
+            update={
+                "resource_subscriptions": [plan_uri(p) for p in followed] or None,
+                "tools_list_changed": None,
+                "prompts_list_changed": None,
+                "resources_list_changed": None,
+            }
         )
         params = params.model_copy(update={"notifications": honored})
         if self._streams >= MAX_STREAMS:

@@ -1,5 +1,6 @@
-"""The tasks extension (``io.modelcontextprotocol/tasks``, 2026-07-28), so an action's
-tool call can return a task that completes when its plan settles.
+"""Tasks, so an action's tool call can return a task that completes when its plan
+settles: the tasks extension (``io.modelcontextprotocol/tasks``, 2026-07-28), and the
+2025-11-25 form the TypeScript SDK 1.x speaks in the handshake era (below).
 
 The SDK carries the 2025-11-25 task types but dispatches no task method, and has no
 2026-07-28 tasks support beyond its extension seams; this module implements the
@@ -26,6 +27,7 @@ from pydantic import Field
 
 from ..models import Plan, PlanStatus
 from .consent import is_modern
+from .rendering import status_meaning
 
 TASKS = "io.modelcontextprotocol/tasks"
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
@@ -75,7 +77,7 @@ def task(plan: Plan) -> dict[str, Any]:
     return {
         "taskId": str(plan.id),
         "status": task_status(plan),
-        "statusMessage": f"plan {plan.status}: {PlanStatus(plan.status).meaning}",
+        "statusMessage": f"plan {plan.status}: {status_meaning(plan)}",
         "createdAt": _moment(plan.created_at),
         "lastUpdatedAt": _moment(max(moments)),
         # Plans are kept; the task stays readable as long as the plan is.
@@ -96,3 +98,75 @@ def detailed(plan: Plan, result: types.CallToolResult | None) -> dict[str, Any]:
     if body["status"] == "completed" and result is not None:
         body["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     return body
+
+
+# --- the 2025-11-25 form (the handshake era) ------------------------------------------------
+#
+# The server advertises ``tasks.requests.tools.call`` (and ``tasks.cancel``), each action's
+# tool says ``execution.taskSupport: "optional"``, and a client that wants a task puts
+# ``task`` in the ``tools/call`` parameters: the request itself says so, which is what a
+# stateless server needs (it keeps no client capabilities between requests). The answer
+# is ``{"task": …}``; ``tasks/get`` reads it, ``tasks/result`` gives the tool result once
+# the plan settles, ``tasks/cancel`` withdraws the plan. The same plan-is-the-task rules
+# as above; the field names are that revision's (``ttl``, ``pollInterval``).
+
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+RESULT_WAIT_SECONDS = 30
+
+
+def legacy_capability() -> types.ServerTasksCapability:
+    return types.ServerTasksCapability(
+        cancel=types.TasksCancelCapability(),
+        requests=types.ServerTasksRequestsCapability(
+            tools=types.TasksToolsCapability(call=types.TasksCallCapability())
+        ),
+    )
+
+
+def legacy_task(plan: Plan) -> dict[str, Any]:
+    """A 2025-11-25 ``Task`` (what ``tasks/get`` and ``tasks/cancel`` return)."""
+    fields = task(plan)
+    return {
+        "taskId": fields["taskId"],
+        "status": fields["status"],
+        "statusMessage": fields["statusMessage"],
+        "createdAt": fields["createdAt"],
+        "lastUpdatedAt": fields["lastUpdatedAt"],
+        "ttl": None,
+        "pollInterval": POLL_INTERVAL_MS,
+    }
+
+
+def legacy_created(plan: Plan) -> dict[str, Any]:
+    """``CreateTaskResult`` (2025-11-25), in place of the tool result."""
+    return {"task": legacy_task(plan)}
+
+
+def legacy_result(plan: Plan, result: types.CallToolResult) -> dict[str, Any]:
+    """What ``tasks/result`` returns: the tool result, naming its task."""
+    body = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    body.setdefault("_meta", {})[RELATED_TASK] = {"taskId": str(plan.id)}
+    return body
+
+
+def legacy_unfinished(plan: Plan) -> MCPError:
+    return MCPError(
+        code=types.INVALID_REQUEST,
+        message=(
+            f"Task not finished after {RESULT_WAIT_SECONDS} s: plan {plan.status}; "
+            "poll tasks/get and ask for the result once it is completed"
+        ),
+    )
+
+
+def legacy_terminal() -> MCPError:
+    return MCPError(
+        code=types.INVALID_PARAMS, message="Cannot cancel task: already in terminal status"
+    )
+
+
+def only_legacy(method: str) -> MCPError:
+    return MCPError(
+        code=types.METHOD_NOT_FOUND,
+        message=f"{method} is the 2025-11-25 tasks form; the tasks extension has tasks/get",
+    )

@@ -194,3 +194,40 @@ def test_a_foreign_host_is_refused(live, agent_token):
         headers={"Host": "evil.example", "Authorization": f"Bearer {agent_token}"},
     )
     assert response.status_code == 400
+
+
+def test_where_oauth_clients_look_for_an_authorization_server_json_says_there_is_none(live):
+    """Every path an OAuth client tries after the protected resource metadata (RFC 8414
+    and OpenID discovery, with the /mcp path inserted or appended; registration, token,
+    authorization) answers 404 with an OAuth error body saying how to authenticate:
+    never Django's HTML 404, which the SDKs failed to parse ("Unexpected token '<'")."""
+    from approvals.mcp.http import NO_AUTHORIZATION_SERVER_PATHS
+
+    paths = {
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/oauth-authorization-server/mcp",
+        "/.well-known/openid-configuration",
+        "/.well-known/openid-configuration/mcp",
+        "/mcp/.well-known/openid-configuration",
+        "/register",
+        "/authorize",
+        "/token",
+    }
+    assert paths == NO_AUTHORIZATION_SERVER_PATHS
+    for path in sorted(paths):
+        for method in ("GET", "POST"):
+            body = {} if method == "POST" else None
+            response = httpx.request(method, live["url"] + path, json=body)
+            assert response.status_code == 404, (method, path)
+            assert response.headers["Content-Type"] == "application/json", (method, path)
+            body = response.json()
+            assert body["error"] == "access_denied"
+            assert body["error_description"].startswith(
+                "Countersign has no OAuth authorization server and no client registration."
+            )
+            assert "Authorization: Bearer <token>" in body["error_description"]
+            assert body["resource_metadata"] == (
+                live["url"] + "/.well-known/oauth-protected-resource/mcp"
+            )
+    # The pages around them are still Django's.
+    assert httpx.get(live["url"] + "/registered").headers["Content-Type"].startswith("text/html")
