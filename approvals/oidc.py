@@ -13,15 +13,24 @@ What this module adds, because a reviewer's identity decides who may approve:
 * a user made at first sign-in has no permission; membership of the reviewers group
   follows the groups claim at every sign-in (so removing someone at the provider takes
   effect at their next sign-in, and their session ends within SESSION_COOKIE_AGE);
+* the scopes asked for: ``groups`` only when the provider's discovery document lists it
+  in ``scopes_supported`` (a provider that offers no such scope refuses the whole sign-in
+  with ``invalid_scope``), unless COUNTERSIGN_OIDC_SCOPES says exactly what to ask for;
+  the groups claim is read from the ID token or the userinfo answer either way;
 * every refusal (a tampered ``state``, a wrong nonce, an expired or foreign token, an
-  unreachable provider) is a page saying so, never a 500, and is audited.
+  unreachable provider, an ``error`` from the provider) is a page saying so, never a 500,
+  and is audited; a provider's ``error`` and ``error_description`` go into one log line
+  and the audit event, and staff see the latest on the dashboard.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
 import time
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import jwt
@@ -89,6 +98,145 @@ REASONS = [
     gettext_noop("the sign-in's state does not match the one this browser was given"),
     gettext_noop("the reviewers group cannot be used"),
 ]
+
+# What the person signing in can do about an ``error`` from the provider (RFC 6749
+# 4.1.2.1, OpenID Connect Core 3.1.2.6); any other error is a setting to fix.
+PROVIDER_HINTS = {
+    "access_denied": gettext_noop(
+        "The identity provider did not let you in, or the sign-in was cancelled there. "
+        "Try again; if it happens again, ask your administrator whether your account "
+        "may use Countersign."
+    ),
+    "server_error": gettext_noop(
+        "The identity provider is having trouble. Try again in a few minutes."
+    ),
+    "login_required": gettext_noop(
+        "The identity provider needs you to sign in there first. Try again."
+    ),
+}
+PROVIDER_HINTS["temporarily_unavailable"] = PROVIDER_HINTS["server_error"]
+for _code in ("interaction_required", "consent_required", "account_selection_required"):
+    PROVIDER_HINTS[_code] = PROVIDER_HINTS["login_required"]
+SETTINGS_HINT = gettext_noop(
+    "Countersign's single sign-on settings do not match what the identity provider "
+    "accepts. Ask your administrator to fix them, telling them the error below; the "
+    "provider's explanation is in Countersign's log and audit trail."
+)
+# RFC 6749 allows these characters in ``error`` and ``error_description``; anything else
+# is dropped, so neither can break a log line or carry markup.
+_NOT_ERROR_TEXT = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
+
+
+def _provider_text(value: str | None, limit: int) -> str:
+    """An error field as the browser brought it (the provider's words, or anyone's who
+    typed the URL): only the characters RFC 6749 allows, and at most ``limit`` of them."""
+    return _NOT_ERROR_TEXT.sub("", value or "")[:limit].strip()
+
+
+# --- the scopes asked for ------------------------------------------------------------------
+
+BASE_SCOPES = "openid email profile"
+GROUPS_SCOPE = "groups"
+DISCOVERY_PATH = "/.well-known/openid-configuration"
+DISCOVERY_MAX_BYTES = 512 * 1024
+# A document read is trusted this long; one that could not be read is tried again after
+# DISCOVERY_RETRY_SECONDS (so a provider that is down does not hold up every sign-in for
+# the whole timeout), and meanwhile the last one read, if any, still counts.
+DISCOVERY_FRESH_SECONDS = 3600.0
+DISCOVERY_RETRY_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class _Listed:
+    scopes: frozenset[str] | None  # None: not known (never read, or no scopes_supported)
+    until: float  # time.monotonic() when it is read again
+
+
+# Per process, by discovery URL: one small read an hour per web process needs no shared
+# cache, and keeps a Redis outage out of the way of signing in.
+_discovered: dict[str, _Listed] = {}
+
+
+def discovery_url() -> str:
+    return settings.COUNTERSIGN_OIDC_ISSUER.rstrip("/") + DISCOVERY_PATH
+
+
+def supported_scopes() -> frozenset[str] | None:
+    """The ``scopes_supported`` of the provider's discovery document; None when it is not
+    known (the document cannot be read, or lists no scopes)."""
+    url = discovery_url()
+    listed = _discovered.get(url)
+    now = time.monotonic()
+    if listed is not None and now < listed.until:
+        return listed.scopes
+    read, scopes = _read_scopes(url)
+    if read:
+        listed = _Listed(scopes=scopes, until=now + DISCOVERY_FRESH_SECONDS)
+    else:
+        listed = _Listed(
+            scopes=listed.scopes if listed else None, until=now + DISCOVERY_RETRY_SECONDS
+        )
+    _discovered[url] = listed
+    return listed.scopes
+
+
+def forget_supported_scopes() -> None:
+    """Read the discovery document again at the next sign-in (the provider just refused
+    a scope: its list may have changed)."""
+    _discovered.pop(discovery_url(), None)
+
+
+def _read_scopes(url: str) -> tuple[bool, frozenset[str] | None]:
+    """(whether the document was read, its scopes_supported): one GET with the timeouts
+    and TLS settings of every other call to the provider, no redirect, at most
+    DISCOVERY_MAX_BYTES, within twice OIDC_TIMEOUT in all."""
+    timeout = settings.OIDC_TIMEOUT
+    deadline = time.monotonic() + 2 * timeout
+    try:
+        with requests.get(
+            url,
+            timeout=timeout,
+            allow_redirects=False,
+            stream=True,
+            verify=getattr(settings, "OIDC_VERIFY_SSL", True),
+            proxies=getattr(settings, "OIDC_PROXY", None),
+            headers={"Accept": "application/json"},
+        ) as response:
+            if response.status_code != 200:
+                raise ValueError(f"status {response.status_code}")
+            body = bytearray()
+            for chunk in response.iter_content(64 * 1024):
+                body += chunk
+                if len(body) > DISCOVERY_MAX_BYTES:
+                    raise ValueError(f"larger than {DISCOVERY_MAX_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise ValueError("too slow")
+        document = json.loads(body)
+    except (requests.RequestException, ValueError) as exc:
+        # The error's text may quote the answer: its type or our own words only.
+        why = str(exc) if type(exc) is ValueError else type(exc).__name__
+        logger.warning("the identity provider's discovery document could not be read: %s", why)
+        return False, None
+    listed = document.get("scopes_supported") if isinstance(document, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(s, str) for s in listed):
+        return True, None
+    return True, frozenset(listed)
+
+
+def requested_scopes() -> str:
+    """COUNTERSIGN_OIDC_SCOPES exactly, when set. Otherwise openid, email and profile, and
+    groups unless the provider's discovery document lists scopes without it.
+
+    When the list is not known, groups is asked for: a provider that refuses it says so
+    (invalid_scope, on the refusal page and in the log), whereas leaving it out where it
+    is needed would sign reviewers in without their groups, and so without the review
+    permission, silently."""
+    if settings.COUNTERSIGN_OIDC_SCOPES:
+        return settings.COUNTERSIGN_OIDC_SCOPES
+    listed = supported_scopes()
+    if listed is not None and GROUPS_SCOPE not in listed:
+        return BASE_SCOPES
+    return f"{BASE_SCOPES} {GROUPS_SCOPE}"
 
 
 def _library_reason(message: str) -> str:
@@ -228,10 +376,24 @@ def _new_user(claims: dict, issuer: str, subject: str):
 REFUSED_TITLE = _("Sign-in refused")
 
 
+class StartView(OIDCAuthenticationRequestView):
+    """To the provider, with a fresh state, nonce and PKCE challenge, asking for the
+    scopes it offers (``requested_scopes``)."""
+
+    def get_extra_params(self, request):
+        return {**super().get_extra_params(request), "scope": requested_scopes()}
+
+
 class CallbackView(OIDCAuthenticationCallbackView):
-    """The provider sends the browser back here with a code and the state."""
+    """The provider sends the browser back here with a code and the state (or an error
+    and the state)."""
 
     def get(self, request):
+        # Whether this browser started the sign-in the answer is about; the library
+        # forgets the state before login_failure runs.
+        request.countersign_state_known = request.GET.get("state", "") in request.session.get(
+            "oidc_states", {}
+        )
         try:
             return super().get(request)
         except SignInRefused as exc:
@@ -240,29 +402,66 @@ class CallbackView(OIDCAuthenticationCallbackView):
             return _refused(request, _library_reason(str(exc)))
 
     def login_failure(self):
-        reason = getattr(self.request, "countersign_refusal", "the sign-in did not complete")
-        if self.request.GET.get("error"):
-            reason = "the identity provider refused the sign-in"
-        elif "oidc_states" not in self.request.session:
+        request = self.request
+        reason = getattr(request, "countersign_refusal", "the sign-in did not complete")
+        error = _provider_text(request.GET.get("error"), 64) if "error" in request.GET else ""
+        if "error" in request.GET:
+            described = _provider_text(request.GET.get("error_description"), 300)
+            if request.countersign_state_known:
+                if error == "invalid_scope":
+                    forget_supported_scopes()
+                return _refused(
+                    request,
+                    "the identity provider refused the sign-in",
+                    error=error or "unknown",
+                    description=described,
+                )
+            # An error about a sign-in this browser did not start (or already ended):
+            # logged, but not shown as the provider's.
+            return _refused(
+                request,
+                "this sign-in was not started here, or it was already used",
+                error=error or "unknown",
+                description=described,
+                shown=False,
+            )
+        if "oidc_states" not in request.session:
             reason = "this sign-in was not started here, or it was already used"
-        return _refused(self.request, reason)
+        return _refused(request, reason)
 
 
-def _refused(request: HttpRequest, reason: str) -> HttpResponse:
-    logger.warning("single sign-on refused: %s", reason)
+def _refused(
+    request: HttpRequest, reason: str, *, error: str = "", description: str = "", shown=True
+) -> HttpResponse:
+    """The refusal page (400), one log line and one audit event. ``error`` and
+    ``description``: the provider's ``error`` and ``error_description``, already reduced
+    to what RFC 6749 allows; ``shown``: whether the page presents them as the provider's."""
+    data = {"reason": reason[:200], "address": request.META.get("REMOTE_ADDR", "")}
+    if error:
+        data |= {"provider_error": error, "provider_error_description": description}
+        logger.warning(
+            'single sign-on refused: %s (provider error=%s error_description="%s")',
+            reason,
+            error,
+            description,
+        )
+    else:
+        logger.warning("single sign-on refused: %s", reason)
     # Every sign-in this browser had under way ends here: a callback that failed once
     # (a state that was tampered with, say) cannot be replayed with the real state.
     request.session.pop("oidc_states", None)
     with transaction.atomic():
-        audit_record(
-            kind="reviewer.sign_in_refused",
-            actor=SYSTEM,
-            data={"reason": reason[:200], "address": request.META.get("REMOTE_ADDR", "")},
-        )
+        audit_record(kind="reviewer.sign_in_refused", actor=SYSTEM, data=data)
+    provider_error = error if shown else ""
     return render(
         request,
         "registration/sign_in_refused.html",
-        {"reason": reason, "title": REFUSED_TITLE},
+        {
+            "reason": reason,
+            "title": REFUSED_TITLE,
+            "provider_error": provider_error,
+            "hint": PROVIDER_HINTS.get(provider_error, SETTINGS_HINT) if provider_error else "",
+        },
         status=400,
     )
 
@@ -271,7 +470,7 @@ def start(request: HttpRequest) -> HttpResponse:
     """To the provider, with a fresh state, nonce and PKCE challenge."""
     if not settings.COUNTERSIGN_OIDC:
         raise Http404("single sign-on is not configured")
-    return OIDCAuthenticationRequestView.as_view()(request)
+    return StartView.as_view()(request)
 
 
 def callback(request: HttpRequest) -> HttpResponse:

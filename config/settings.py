@@ -292,7 +292,11 @@ if COUNTERSIGN_OIDC and not all(
 # Empty: the provider has no RP-initiated logout; sign-out then ends the local session only.
 COUNTERSIGN_OIDC_END_SESSION_ENDPOINT = env_str("COUNTERSIGN_OIDC_END_SESSION_ENDPOINT")
 OIDC_RP_SIGN_ALGO = env_str("COUNTERSIGN_OIDC_SIGN_ALGO", "RS256")
-OIDC_RP_SCOPES = env_str("COUNTERSIGN_OIDC_SCOPES", "openid email profile groups")
+# Unset: openid email profile, and groups unless the provider's discovery document lists
+# scopes without it (a provider that offers no groups scope refuses a request for one);
+# set: exactly these (approvals/oidc.py, requested_scopes).
+COUNTERSIGN_OIDC_SCOPES = " ".join(env_str("COUNTERSIGN_OIDC_SCOPES").split())
+OIDC_RP_SCOPES = COUNTERSIGN_OIDC_SCOPES or "openid email profile"
 OIDC_USE_PKCE = True
 OIDC_USE_NONCE = True
 # client_secret_basic, the default method of OpenID Connect; 0 sends it in the form body.
@@ -611,7 +615,11 @@ if COUNTERSIGN_LOG_FORMAT not in {"json", "plain"}:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "actions.lib.logcontext.ContextFilter"}},
+    "filters": {
+        "context": {"()": "actions.lib.logcontext.ContextFilter"},
+        # No authorization code, state or other credential from a query string.
+        "access": {"()": "config.accesslog.AccessLogFilter"},
+    },
     "formatters": {
         "plain": {"()": "actions.lib.logcontext.PlainFormatter"},
         "json": {"()": "actions.lib.logcontext.JsonFormatter"},
@@ -631,7 +639,7 @@ LOGGING = {
         # uvicorn's own lines in the same format, through the same handler.
         "uvicorn": {"handlers": ["console"], "propagate": False},
         "uvicorn.error": {"handlers": [], "propagate": True},
-        "uvicorn.access": {"handlers": ["console"], "propagate": False},
+        "uvicorn.access": {"handlers": ["console"], "filters": ["access"], "propagate": False},
     },
 }
 

@@ -121,13 +121,15 @@ def start_web(
     host_name: str = "127.0.0.1",
     python: str = sys.executable,
     cwd: Path = ROOT,
+    access_log: bool = False,
 ) -> tuple[Process, str]:
     """The web server (``python -m config.web``) on ``port`` (a free one by default);
     ``workers`` > 1 runs that many uvicorn processes under its supervisor, each on a
     listening socket of its own (as in production). It listens on 127.0.0.1;
     ``host_name`` is the name its public URL uses (``localhost`` for passkeys, which an
     IP address cannot be the relying party of). ``python`` and ``cwd``: another
-    checkout's interpreter and directory."""
+    checkout's interpreter and directory. ``access_log``: a line per request in its log,
+    as uvicorn writes by default (off unless asked: the suite's logs stay readable)."""
     port = port or free_port()
     url = f"http://{host_name}:{port}"
     env = {**env, "COUNTERSIGN_PUBLIC_URL": url}
@@ -139,7 +141,7 @@ def start_web(
         "127.0.0.1",
         "--port",
         str(port),
-        "--no-access-log",
+        "--access-log" if access_log else "--no-access-log",
         "--lifespan",
         "off",
     ]

@@ -84,9 +84,15 @@ def chromium(live, reviewer, second_reviewer, agent_api):
 # --- single sign-on and passkeys: a real OpenID provider, a web server that uses it ---------
 
 
+# The scopes the suite's provider offers: no groups scope (the groups claim comes with
+# profile), as many hosted providers do; it answers invalid_scope to a request for one.
+OIDC_PROVIDER_SCOPES = "openid email profile"
+
+
 @pytest.fixture(scope="session")
 def oidc_provider(live_logs, sso_port):
-    """panva/oidc-provider under Node, one process for the whole session."""
+    """panva/oidc-provider under Node, one process for the whole session, strict about
+    scopes (OIDC_PROVIDER_SCOPES)."""
     from tests.oidc.support import start_provider
 
     base = f"http://localhost:{sso_port}"
@@ -94,6 +100,7 @@ def oidc_provider(live_logs, sso_port):
         live_logs,
         redirect_uri=f"{base}/accounts/oidc/callback/",
         post_logout_uri=f"{base}/accounts/login/",
+        scopes=OIDC_PROVIDER_SCOPES,
     )
     yield provider
     provider.stop()
@@ -112,8 +119,9 @@ def hostile_token_endpoint(oidc_provider):
 def sso_web(live_env, live_logs, sso_port, oidc_provider, hostile_token_endpoint):
     """A second web process, at http://localhost:<sso_port>: single sign-on with the test
     provider (tokens and keys fetched through the hostile endpoint, which relays them
-    untouched unless a test says otherwise), local passwords still on (test mode), and
-    irreversible plans needing passkey-signed approvals."""
+    untouched unless a test says otherwise), the default scopes, local passwords still on
+    (test mode), irreversible plans needing passkey-signed approvals, and an access log
+    (its log is live_logs / "web-sso.log")."""
     from demo.processes import start_web
     from tests.oidc.support import CLIENT_ID, CLIENT_SECRET
 
@@ -131,7 +139,9 @@ def sso_web(live_env, live_logs, sso_port, oidc_provider, hostile_token_endpoint
         "COUNTERSIGN_OIDC_END_SESSION_ENDPOINT": f"{issuer}/session/end",
         "COUNTERSIGN_SIGNED_APPROVAL_CLASSES": "irreversible",
     }
-    proc, url = start_web(env, live_logs, name="web-sso", port=sso_port, host_name="localhost")
+    proc, url = start_web(
+        env, live_logs, name="web-sso", port=sso_port, host_name="localhost", access_log=True
+    )
     yield url
     proc.stop()
 

@@ -1,9 +1,10 @@
 """A real OpenID provider for the suite, and a token endpoint in front of it that can lie.
 
 * ``start_provider``: panva/oidc-provider (an OpenID Certified implementation), run by
-  Node from ``provider.mjs`` as its own process on 127.0.0.1. Its packages are installed
-  from ``package-lock.json`` (``npm ci``) when ``node_modules`` is missing; without Node
-  or npm the fixture fails, it does not skip.
+  Node from ``provider.mjs`` as its own process on 127.0.0.1, offering the scopes it is
+  told to (a strict provider: any other scope is answered with invalid_scope). Its
+  packages are installed from ``package-lock.json`` (``npm ci``) when ``node_modules`` is
+  missing; without Node or npm the fixture fails, it does not skip.
 * ``HostileTokenEndpoint``: a real HTTP server the web process is configured to use as
   its token and JWKS endpoints. By default it relays both to the provider untouched. Set
   ``mode`` and it re-signs the provider's ID token, with one claim changed (``nonce``,
@@ -63,7 +64,11 @@ def npm_ci() -> None:
     )
 
 
-def start_provider(log_dir: Path, *, redirect_uri: str, post_logout_uri: str) -> Provider:
+def start_provider(
+    log_dir: Path, *, redirect_uri: str, post_logout_uri: str, scopes: str | None = None
+) -> Provider:
+    """``scopes``: the ones it offers (``OIDC_SCOPES`` in provider.mjs; by default
+    ``openid email profile groups``); it answers invalid_scope to a request for any other."""
     npm_ci()
     port = free_port()
     env = {
@@ -76,6 +81,8 @@ def start_provider(log_dir: Path, *, redirect_uri: str, post_logout_uri: str) ->
         "OIDC_POST_LOGOUT_URI": post_logout_uri,
         "NODE_ENV": "test",
     }
+    if scopes is not None:
+        env["OIDC_SCOPES"] = scopes
     process = Process("oidc-provider", ["node", str(HERE / "provider.mjs")], env, log_dir)
     issuer = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
