@@ -122,15 +122,18 @@ SETTINGS_HINT = gettext_noop(
     "accepts. Ask your administrator to fix them, telling them the error below; the "
     "provider's explanation is in Countersign's log and audit trail."
 )
-# RFC 6749 allows these characters in ``error`` and ``error_description``; anything else
-# is dropped, so neither can break a log line or carry markup.
+# What is kept of ``error`` (codes are words with underscores) and ``error_description``
+# (the characters RFC 6749 allows in it: printable ASCII without " and \); anything else
+# is dropped, so neither can break a log line or its quotes.
+_NOT_ERROR_CODE = re.compile(r"[^A-Za-z0-9_.-]")
 _NOT_ERROR_TEXT = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
 
 
-def _provider_text(value: str | None, limit: int) -> str:
+def _provider_text(value: str | None, limit: int, *, code: bool = False) -> str:
     """An error field as the browser brought it (the provider's words, or anyone's who
-    typed the URL): only the characters RFC 6749 allows, and at most ``limit`` of them."""
-    return _NOT_ERROR_TEXT.sub("", value or "")[:limit].strip()
+    typed the URL), reduced to what it may hold, and at most ``limit`` characters."""
+    pattern = _NOT_ERROR_CODE if code else _NOT_ERROR_TEXT
+    return pattern.sub("", value or "")[:limit].strip()
 
 
 # --- the scopes asked for ------------------------------------------------------------------
@@ -404,8 +407,8 @@ class CallbackView(OIDCAuthenticationCallbackView):
     def login_failure(self):
         request = self.request
         reason = getattr(request, "countersign_refusal", "the sign-in did not complete")
-        error = _provider_text(request.GET.get("error"), 64) if "error" in request.GET else ""
         if "error" in request.GET:
+            error = _provider_text(request.GET.get("error"), 64, code=True)
             described = _provider_text(request.GET.get("error_description"), 300)
             if request.countersign_state_known:
                 if error == "invalid_scope":
@@ -431,7 +434,12 @@ class CallbackView(OIDCAuthenticationCallbackView):
 
 
 def _refused(
-    request: HttpRequest, reason: str, *, error: str = "", description: str = "", shown=True
+    request: HttpRequest,
+    reason: str,
+    *,
+    error: str = "",
+    description: str = "",
+    shown: bool = True,
 ) -> HttpResponse:
     """The refusal page (400), one log line and one audit event. ``error`` and
     ``description``: the provider's ``error`` and ``error_description``, already reduced

@@ -269,6 +269,18 @@ def audit_page(events: QuerySet[AuditEvent], *, after: int, size: int):
 # --- the dashboard ------------------------------------------------------------------------
 
 
+SIGN_IN_REFUSED = "reviewer.sign_in_refused"
+
+
+def sign_in_refusals(since: datetime) -> tuple[int, AuditEvent | None]:
+    """How many single sign-ons were refused since ``since``, and the latest (its data
+    holds the reason and, when the provider said no, its error and description).
+    Served by the (kind, id) index."""
+    events = AuditEvent.objects.filter(kind=SIGN_IN_REFUSED, at__gte=since)
+    latest = events.order_by("-id").only("id", "at", "data").first()
+    return (events.count() if latest else 0), latest
+
+
 def outcomes_by_class(since: datetime) -> list[dict[str, Any]]:
     """(consequence class, status, how many) of the plans proposed since ``since``."""
     recent = Plan.objects.filter(created_at__gte=since)

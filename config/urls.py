@@ -30,3 +30,7 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),
 ]
+
+# Who is signed in and what they lack, with a way to sign out (approvals/views/errors.py);
+# 404 and 500 are Django's own views with templates/404.html and templates/500.html.
+handler403 = "approvals.views.errors.permission_denied"

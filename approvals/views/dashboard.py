@@ -20,7 +20,14 @@ from actions.text import localized
 from ..heartbeats import heartbeat_status
 from ..models import PlanStatus
 from ..pages import reviewer_page
-from ..selectors import awaiting_count, busiest, decision_waits, outcomes_by_class
+from ..selectors import (
+    SIGN_IN_REFUSED,
+    awaiting_count,
+    busiest,
+    decision_waits,
+    outcomes_by_class,
+    sign_in_refusals,
+)
 
 DASHBOARD_DAYS = 14
 OUTCOME_GROUPS = {
@@ -45,6 +52,8 @@ OUTCOME_GROUPS = {
     ),
     "open": (pgettext_lazy("outcome", "Open"), PlanStatus.in_flight() | {PlanStatus.PENDING}),
 }
+# Staff see the single sign-ons refused in this many hours, with the latest reason.
+SIGN_IN_REFUSALS_HOURS = 24
 BAR_WIDTH = 560  # the SVG's drawing width for the longest bar, in user units
 LABEL_CHARS = 30  # what fits left of the bars at 13px (the full label is the tooltip)
 
@@ -165,4 +174,26 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "actions": _bars(top_actions),
         "actions_height": max(1, len(top_actions)) * 28,
     }
+    if request.user.is_staff:
+        context["sign_in"] = _sign_in_refusals()
     return render(request, "approvals/dashboard.html", context)
+
+
+def _sign_in_refusals() -> dict[str, Any] | None:
+    """For staff: the single sign-ons refused lately, and why the last one was. A person
+    refused is not signed in, so this is where an administrator reads the provider's
+    error (its error_description too, which the refusal page does not show)."""
+    since = timezone.now() - timedelta(hours=SIGN_IN_REFUSALS_HOURS)
+    count, latest = sign_in_refusals(since)
+    if latest is None:
+        return None
+    data = latest.data if isinstance(latest.data, dict) else {}
+    return {
+        "count": count,
+        "hours": SIGN_IN_REFUSALS_HOURS,
+        "at": latest.at,
+        "reason": str(data.get("reason", "")),
+        "error": str(data.get("provider_error", "")),
+        "description": str(data.get("provider_error_description", "")),
+        "kind": SIGN_IN_REFUSED,
+    }
