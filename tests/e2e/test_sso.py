@@ -1,9 +1,17 @@
 """Single sign-on against a real OpenID provider (panva/oidc-provider under Node, on
 127.0.0.1), driven in Chromium: sign in through the provider, land on the queue, approve;
 sign out here and at the provider; a person whose groups claim does not name reviewers
-gets no permission; and every way an answer can be wrong (a tampered state, a wrong
-nonce, an expired ID token, another audience, an unknown issuer, an unpublished key) is
-refused with a page saying so, with nobody signed in and no decision recorded.
+gets no permission, and a page saying who they are, what they lack and how to sign out;
+and every way an answer can be wrong (a tampered state, a wrong nonce, an expired ID
+token, another audience, an unknown issuer, an unpublished key) is refused with a page
+saying so, with nobody signed in and no decision recorded.
+
+The provider is strict, as many hosted ones are: it offers no ``groups`` scope (the
+groups claim comes with ``profile``) and answers invalid_scope to a request for one
+(tests/e2e/conftest.py, OIDC_PROVIDER_SCOPES). The web server asks for the scopes its
+discovery document lists, so sign-in works with the default settings, and a refusal
+from the provider is one log line, a sentence for the person and the error for staff.
+The web server writes an access log, which holds no authorization code.
 
 The wrong ID tokens come from the token endpoint the web server is configured with
 (tests/oidc/support.py): it relays the provider's answer with one claim changed and the
@@ -12,11 +20,12 @@ tampered state is the browser's doing (the callback is replayed with another sta
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from tests.e2e.support import orm
+from tests.e2e.support import eventually, orm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -38,6 +47,11 @@ def sign_in_at_provider(page, login: str) -> None:
     consent = page.get_by_role("button", name="Continue")
     consent.wait_for()
     consent.click()
+
+
+def web_log(live_logs) -> str:
+    """The SSO web server's log (tests/e2e/conftest.py, sso_web)."""
+    return (live_logs / "web-sso.log").read_text(errors="replace")
 
 
 def decisions_and_state(plan_id: str) -> tuple[int, str]:
@@ -112,6 +126,48 @@ def test_a_person_the_groups_claim_does_not_name_gets_no_permission(chromium, ss
     assert response.status == 403
     assert orm(lambda: decisions_and_state(plan["id"])) == (0, "awaiting_approval")
 
+    # The page says who is signed in, what they lack and where it comes from, in the
+    # product's layout (its stylesheet applied), and signs out here and at the provider.
+    assert page.get_by_role("heading", name="You cannot open this page").is_visible()
+    assert page.get_by_test_id("signed-in-as").inner_text() == (
+        "You are signed in as olga Example (olga-sso)."
+    )
+    assert "approvals.review_plan" in page.get_by_test_id("missing-permission").inner_text()
+    group = page.get_by_test_id("missing-group").inner_text()
+    assert "Example SSO makes you a reviewer when the groups claim" in group
+    assert "names the group reviewers; this time it did not" in group
+    header = page.locator("header.top")
+    assert header.evaluate("el => getComputedStyle(el).display") == "flex"
+    assert page.get_by_role("link", name="Dashboard").count() == 0
+    page.get_by_test_id("sign-out").click()
+    page.wait_for_url(f"{sso['issuer']}/session/end**")
+    page.get_by_role("button", name="Yes, sign me out").click()
+    page.wait_for_url(f"{sso['url']}/accounts/login/")
+    assert "/accounts/login/" in page.goto("/plans/").url
+
+
+def test_no_access_log_line_holds_the_authorization_code(chromium, sso, live_logs):
+    page = sso_page(chromium, sso)
+    asked: list[str] = []  # the authorization request, and the callback with the code
+    page.on("request", lambda request: asked.append(request.url))
+    sign_in_at_provider(page, "ray-sso")
+    page.wait_for_url(f"{sso['url']}/plans/")
+
+    # The default scopes, cut to what the provider's discovery document lists.
+    (authorize,) = [u for u in asked if u.startswith(f"{sso['issuer']}/auth?")]
+    assert parse_qs(urlsplit(authorize).query)["scope"] == ["openid email profile"]
+    (back,) = [u for u in asked if "/accounts/oidc/callback/?" in u]
+    code = parse_qs(urlsplit(back).query)["code"][0]
+    assert len(code) > 20
+
+    log = eventually(
+        lambda: (text := web_log(live_logs)) and "GET /accounts/oidc/callback/ " in text and text,
+        what="the callback's access line",
+    )
+    assert re.search(r'uvicorn\.access .*"GET /accounts/oidc/callback/ HTTP/1\.1" 302', log)
+    assert code not in log
+    assert not re.search(r"[?&](code|state)=", log)
+
 
 REFUSALS = {
     "nonce": "the ID token's nonce does not match this sign-in",
@@ -181,3 +237,56 @@ def test_every_untrustworthy_answer_is_refused_and_nothing_is_decided(chromium, 
     assert orm(lambda: OidcIdentity.objects.filter(subject="ray-sso").count()) == 1
     refusals = orm(lambda: AuditEvent.objects.filter(kind="reviewer.sign_in_refused").count())
     assert refusals == len(REFUSALS) + 1
+
+
+def test_a_provider_that_refuses_a_scope_is_explained_and_logged_in_one_line(
+    chromium, sso, live_logs
+):
+    from actions.lib.models import AuditEvent
+
+    def staff(is_staff: bool):
+        from django.contrib.auth import get_user_model
+
+        get_user_model().objects.filter(username="rita").update(is_staff=is_staff)
+
+    orm(lambda: staff(True))
+    line = 'provider error=invalid_scope error_description="scope not offered: groups"'
+    before = web_log(live_logs).count(line)
+
+    # The request leaves with the groups scope, as with an explicit COUNTERSIGN_OIDC_SCOPES
+    # naming it: the provider sends the browser back with invalid_scope.
+    page = sso_page(chromium, sso)
+    page.goto("/accounts/login/")
+    start = page.request.get(f"{sso['url']}/accounts/oidc/start/", max_redirects=0)
+    parts = urlsplit(start.headers["location"])
+    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    query["scope"] += " groups"
+    page.goto(f"{sso['issuer']}{parts.path}?{urlencode(query)}")
+    page.wait_for_url(f"{sso['url']}/accounts/oidc/callback/**")
+
+    # The person reads what happened and what to do; the error code to pass on.
+    assert page.get_by_test_id("sign-in-refused").inner_text() == (
+        "Nobody was signed in: the identity provider refused the sign-in."
+    )
+    assert "Ask your administrator to fix them" in page.get_by_test_id("sign-in-hint").inner_text()
+    assert page.get_by_test_id("provider-error").inner_text() == "invalid_scope"
+    assert page.goto("/plans/").url.startswith(f"{sso['url']}/accounts/login/")
+
+    # One log line with the provider's error and description.
+    eventually(lambda: web_log(live_logs).count(line) == before + 1, what="the refusal's line")
+    (logged,) = [entry for entry in web_log(live_logs).splitlines() if line in entry][before:]
+    assert "WARNING approvals.oidc single sign-on refused: " in logged
+    data = orm(lambda: AuditEvent.objects.get(kind="reviewer.sign_in_refused").data)
+    assert data["provider_error"] == "invalid_scope"
+
+    # An administrator (staff) reads it on the dashboard.
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill("rita")
+    page.get_by_label("Password").fill("pw-rita")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{sso['url']}/plans/")
+    page.get_by_role("link", name="Dashboard").click()
+    notice = page.get_by_test_id("sign-in-refusals")
+    assert "1 single sign-on refused in the last 24 hours." in notice.inner_text()
+    assert page.get_by_test_id("sign-in-provider-error").inner_text() == "invalid_scope"
+    assert "scope not offered: groups" in notice.inner_text()
