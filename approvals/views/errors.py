@@ -4,9 +4,9 @@ to sign out and come back as someone else.
 Every reviewer page refuses a signed-in person without the review permission with 403
 (approvals/pages.py). A person who signed in with the wrong account, or whose identity
 provider did not name them in a reviewers group, needs to read which account this is,
-what it lacks and how to get it; and the page must let them sign out. 404 and 500 are
-templates only (templates/404.html, templates/500.html): Django renders them itself, the
-500 page with no request context at all.
+what it lacks and how to get it; and the page must let them sign out. 404, 500 and a
+failed CSRF check are templates only (templates/404.html, 500.html, 403_csrf.html):
+Django renders them itself, the last two with no request context at all.
 """
 
 from __future__ import annotations

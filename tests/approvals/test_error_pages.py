@@ -1,7 +1,8 @@
 """The 403, 404 and 500 pages, in the product's layout and in both languages: the 403
 says who is signed in, which permission (and, for single sign-on, which group claim)
 they lack, and offers a sign-out that works without JavaScript; the 500 page needs
-neither the database nor a request context. (In Chromium: tests/e2e/test_browser_errors.py
+neither the database nor a request context; a form whose CSRF check fails says that
+nothing was done. (In Chromium: tests/e2e/test_browser_errors.py
 and tests/e2e/test_sso.py.)"""
 
 from __future__ import annotations
@@ -127,3 +128,22 @@ def test_the_500_page_in_both_languages_without_the_database(headers, words, cap
     assert re.search(r'data-testid="error-time">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC<', page)
     # The failure itself is in the log, for the administrator.
     assert any(r.levelname == "ERROR" and r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("headers", "words"),
+    [
+        ({}, ["The form expired", "Nothing was done"]),
+        (PT, ["O formulário expirou", "Nada foi feito"]),
+    ],
+)
+def test_a_form_without_its_csrf_token_gets_the_styled_403(reviewer, headers, words):
+    # A sign-out form left open in a tab while the person signed in again elsewhere.
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(reviewer)
+    response = client.post("/accounts/logout/", **headers)
+    assert response.status_code == 403
+    page = response.content.decode()
+    assert '<link rel="stylesheet" href="/static/css/app.css">' in page
+    assert all(w in page for w in words)
+    assert client.get("/plans/").status_code == 200  # nothing was done: still signed in
