@@ -124,3 +124,15 @@ def test_the_500_in_both_languages(chromium, live, language, heading):
     assert problems == []
     page.get_by_role("link", name="Countersign").click()
     page.wait_for_url("**/accounts/login/**")
+
+
+def test_axe_finds_no_serious_violation_on_the_403_and_404(chromium, outsider):
+    from tests.e2e.test_browser_decision import axe_violations, serious
+
+    page = chromium()
+    log_in(page, "oscar", "pw-oscar")
+    page.wait_for_url("**/plans/")
+    found = {"403": axe_violations(page)}
+    page.goto("/plans/not-a-plan/")
+    found["404"] = axe_violations(page)
+    assert {name: serious(v) for name, v in found.items() if serious(v)} == {}
