@@ -192,7 +192,8 @@ def forget_supported_scopes() -> None:
 def _read_scopes(url: str) -> tuple[bool, frozenset[str] | None]:
     """(whether the document was read, its scopes_supported): one GET with the timeouts
     and TLS settings of every other call to the provider, no redirect, at most
-    DISCOVERY_MAX_BYTES, within twice OIDC_TIMEOUT in all."""
+    DISCOVERY_MAX_BYTES; a body still arriving after twice OIDC_TIMEOUT is given up (each
+    read waits at most OIDC_TIMEOUT, so three times it at the very most)."""
     timeout = settings.OIDC_TIMEOUT
     deadline = time.monotonic() + 2 * timeout
     try:
