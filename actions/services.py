@@ -67,9 +67,7 @@ def agent_authenticate(token: str) -> Agent | None:
     known = cached(
         "agent",
         digest,
-        lambda: Agent.objects.filter(
-            token_hash=digest, is_active=True, revoked_at__isnull=True
-        ).first(),
+        lambda: _usable_agents().filter(token_hash=digest).first(),
         keep_none=False,
     )
     now = timezone.now()
@@ -82,6 +80,22 @@ def agent_authenticate(token: str) -> Agent | None:
         Agent.objects.filter(pk=known.pk).update(last_used_at=now)
         known.last_used_at = now
     return fresh(known)
+
+
+def agent_tokens_usable(digests: list[str]) -> dict[str, Any]:
+    """Of these token hashes, those an active, unrevoked agent holds, each with its
+    expiry (None: none), read now rather than from the cache: what a wait that is
+    already open checks to learn that its agent was cut off (approvals.wakeups).
+    The same rule as :func:`agent_authenticate`, whose callers compare the expiry."""
+    if not digests:
+        return {}
+    rows = _usable_agents().filter(token_hash__in=digests).values_list("token_hash", "expires_at")
+    return dict(rows)
+
+
+def _usable_agents():
+    """Agents whose token may authenticate (its expiry aside): active, not revoked."""
+    return Agent.objects.filter(is_active=True, revoked_at__isnull=True)
 
 
 def credential_set(

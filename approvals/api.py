@@ -35,7 +35,7 @@ from .ratelimit import RateLimited, rate_limit_check
 from .schemas import ActionOut, PlanCreate, PlanOut, Problem
 from .selectors import actions_for_agent, plan_for_agent
 from .services import Replay, plan_cancel, plan_submit
-from .wakeups import wait_for_change
+from .wakeups import AgentGone, AgentWatcher, wait_for_change
 
 log = logging.getLogger(__name__)
 
@@ -500,18 +500,32 @@ def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQuery]):
     # registering, so a change committed in between is not missed; the request's
     # connection is given back before waiting. Under the ASGI server, approvals.longpoll
     # does this wait before Django, holding no thread; this path serves the rest (a
-    # request the gate could not check, Django's test client, a plain WSGI server).
-    return Status(200, plan_out(async_to_sync(_wait_for_plan)(agent, plan_id, query.wait)))
+    # request the gate could not check, Django's test client, a plain WSGI server). An
+    # agent revoked or deactivated meanwhile is answered 401 as soon as that is seen.
+    token = bearer_token(request.headers.get("Authorization")) or ""
+    try:
+        plan = async_to_sync(_wait_for_plan)(agent, token, plan_id, query.wait)
+    except AgentGone:
+        raise Unauthenticated("send Authorization: Bearer <agent token>") from None
+    return Status(200, plan_out(plan))
 
 
-async def _wait_for_plan(agent: Agent, plan_id: uuid.UUID, seconds: float) -> Plan:
+async def _wait_for_plan(agent: Agent, token: str, plan_id: uuid.UUID, seconds: float) -> Plan:
     read: dict[str, Plan] = {}
 
     async def read_status() -> str:
         read["plan"] = await sync_to_async(_read_releasing)(agent, plan_id)
         return read["plan"].status
 
-    first = await wait_for_change(plan_id, read=read_status, timeout=seconds)
+    # This request's own watcher, reading on the request's thread and connection (the
+    # loop is this call's alone).
+    agents = AgentWatcher(run=_releasing)
+    try:
+        async with agents.lease(token) as lease:
+            first = await wait_for_change(plan_id, read=read_status, timeout=seconds, lease=lease)
+            await lease.confirm()  # after the wait, the agent is checked again
+    finally:
+        await agents.aclose()
     if first in PlanStatus.terminal():
         return read["plan"]
     return await sync_to_async(plan_for_agent)(agent, plan_id)
@@ -519,11 +533,23 @@ async def _wait_for_plan(agent: Agent, plan_id: uuid.UUID, seconds: float) -> Pl
 
 def _read_releasing(agent: Agent, plan_id: uuid.UUID) -> Plan:
     """plan_for_agent, then close this thread's connection (a long wait follows)."""
-    try:
-        return plan_for_agent(agent, plan_id)
-    finally:
-        if not connection.in_atomic_block:  # tests run inside a transaction
-            connection.close()
+    return _released(plan_for_agent)(agent, plan_id)
+
+
+def _released(fn):
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if not connection.in_atomic_block:  # tests run inside a transaction
+                connection.close()
+
+    return run
+
+
+def _releasing(fn):
+    """``fn`` on the request's thread, its connection closed afterwards (while waiting)."""
+    return sync_to_async(_released(fn))
 
 
 @api.post(

@@ -14,7 +14,10 @@ and errors (at most ``COUNTERSIGN_LONGPOLL_CONCURRENCY`` at a time per process, 
 thousand plans settling at once queue here as coroutines rather than in front of
 Django's threads). Anything unusual (no or bad token, unknown plan, malformed ``wait``)
 goes straight through: Django gives the proper answer, and the view's own wait still
-works. A client that hangs up while waiting ends the wait.
+works. A client that hangs up while waiting ends the wait. An agent revoked or
+deactivated while it waits is cut off within ``COUNTERSIGN_AGENT_CHECK_SECONDS``
+(:func:`approvals.wakeups.agent_lease`): the request goes on to Django at once, which
+answers it ``401``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from actions.lib.bearer import bearer_token
 from actions.services import agent_authenticate
 
 from .models import Plan
-from .wakeups import db_call, wait_for_change
+from .wakeups import AgentGone, agent_lease, db_call, wait_for_change
 
 PLAN_PATH = re.compile(r"^/api/v1/plans/(?P<plan_id>[^/]+)/?$")
 
@@ -123,15 +126,18 @@ class LongPollGate:
                 break
 
         read = db_call(_plan_status)
-        waiting = asyncio.ensure_future(
-            wait_for_change(plan_id, read=lambda: read(token, plan_id), timeout=seconds)
-        )
-        hangup = asyncio.ensure_future(receive())
-        try:
-            await asyncio.wait({waiting, hangup}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not waiting.done():
-                waiting.cancel()
+        async with agent_lease(token) as lease:
+            waiting = asyncio.ensure_future(
+                wait_for_change(
+                    plan_id, read=lambda: read(token, plan_id), timeout=seconds, lease=lease
+                )
+            )
+            hangup = asyncio.ensure_future(receive())
+            try:
+                await asyncio.wait({waiting, hangup}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not waiting.done():
+                    waiting.cancel()
         if hangup.done():
             message = hangup.result()
             if message["type"] == "http.disconnect":
@@ -140,10 +146,12 @@ class LongPollGate:
             hangup = None
         else:
             hangup.cancel()
-        if not waiting.cancelled() and waiting.exception() is not None:
+        failed = waiting.exception() if waiting.done() and not waiting.cancelled() else None
+        if failed is not None and not isinstance(failed, AgentGone):
             # The database or the token check failed: let Django answer (and wait) itself.
             return await self.app(scope, self._replay(buffered, receive), send)
 
+        # Woken, timed out, or the agent was cut off (Django then answers 401 at once).
         inner = dict(scope)
         inner["query_string"] = rest
         # Many waiters wake at once when many plans settle together (a reviewer approves

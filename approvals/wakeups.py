@@ -17,17 +17,27 @@ reads the statuses of *all* the plans waited on in one query every
 ``COUNTERSIGN_WAIT_POLL_SECONDS`` — one query per process per interval, never one per
 waiter. When the subscription comes (back) up, the same batched read runs once, so a
 change published while nobody listened is still noticed.
+
+**Agents cut off.** A wait is also ended when its agent stops being usable — revoked,
+deactivated, expired, deleted, its token replaced — however that happened (the admin,
+``revoke_agent``, ``QuerySet.update()``, psql). Whatever waits for an agent holds an
+:class:`AgentLease`; each event loop's :class:`AgentWatcher` reads the catalog
+generation (actions/generation.py, which database triggers replace on every write to the
+agents table) every ``COUNTERSIGN_AGENT_CHECK_SECONDS`` while any lease is held, and when
+it changed, reads which of the leased tokens still authenticate, in one query. A lease
+whose agent is gone is cut: its waits end with :class:`AgentGone`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import redis
@@ -35,8 +45,12 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections, transaction
+from django.utils import timezone
 
+from actions.cache import current_generation
 from actions.lib.metrics import LONGPOLL_WAITERS
+from actions.services import agent_tokens_usable
+from actions.tokens import token_hash
 
 from .models import Plan, PlanStatus
 
@@ -362,35 +376,260 @@ async def shutdown() -> None:
     found = _watchers.pop(loop, None)
     if found is not None:
         await found.aclose()
+    agents = _agent_watchers.pop(loop, None)
+    if agents is not None:
+        await agents.aclose()
 
 
 async def wait_for_change(
-    plan_id: Any, *, read: Callable[[], Awaitable[str | None]], timeout: float
+    plan_id: Any,
+    *,
+    read: Callable[[], Awaitable[str | None]],
+    timeout: float,
+    lease: AgentLease | None = None,
 ) -> str | None:
     """Wait up to ``timeout`` seconds for ``plan_id``'s status to change.
 
     ``read`` returns the plan's current status (None: not there, stop). It is called
     once *after* registering, so a change that commits before the wait begins is seen
-    either by that read or as a message. Returns the status first read.
+    either by that read or as a message. Returns the status first read. With a
+    ``lease``, raises :class:`AgentGone` as soon as the lease is cut, and when it was
+    cut by the time the wait ends.
     """
     plan_key = str(plan_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     watch = watcher()
     waiter = watch.register(plan_key)
+    stop_watching = lease.on_cut(waiter.event.set) if lease is not None else None
     try:
-        seen = await read()
-        if seen is None or seen in PlanStatus.terminal():
-            return seen
-        waiter.seen = seen
-        if waiter.heard is not None and waiter.heard != seen:
-            return seen  # announced while we were reading
-        if waiter.recheck and await read() != seen:
-            return seen
-        try:
-            await asyncio.wait_for(waiter.event.wait(), max(0.0, deadline - loop.time()))
-        except TimeoutError:
-            pass
-        return seen
+        seen = await _watched(waiter, read, deadline)
     finally:
         watch.unregister(plan_key, waiter)
+        if stop_watching is not None:
+            stop_watching()
+    if lease is not None:
+        lease.raise_if_cut()
+    return seen
+
+
+async def _watched(
+    waiter: Waiter, read: Callable[[], Awaitable[str | None]], deadline: float
+) -> str | None:
+    if waiter.event.is_set():
+        return None  # cut before it began
+    seen = await read()
+    if seen is None or seen in PlanStatus.terminal():
+        return seen
+    waiter.seen = seen
+    if waiter.heard is not None and waiter.heard != seen:
+        return seen  # announced while we were reading
+    if waiter.recheck and await read() != seen:
+        return seen
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(waiter.event.wait(), max(0.0, deadline - loop.time()))
+    except TimeoutError:
+        pass
+    return seen
+
+
+# --- agents cut off ---------------------------------------------------------------------
+
+
+class AgentGone(Exception):
+    """The agent a wait is for no longer authenticates: revoked, deactivated, expired,
+    deleted, or its token replaced."""
+
+
+class AgentLease:
+    """What a wait (or a stream) for the agent holding one token holds while it lasts."""
+
+    __slots__ = ("digest", "cut", "_watcher", "_callbacks")
+
+    def __init__(self, watcher: AgentWatcher, digest: str) -> None:
+        self.digest = digest
+        self.cut = False
+        self._watcher = watcher
+        self._callbacks: dict[object, Callable[[], Any]] = {}
+
+    def on_cut(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Call ``callback`` (on the event loop) when the lease is cut, at once if it is
+        already. Returns what stops that."""
+        if self.cut:
+            callback()
+            return lambda: None
+        key = object()
+        self._callbacks[key] = callback
+
+        def remove() -> None:
+            self._callbacks.pop(key, None)
+
+        return remove
+
+    def release(self) -> None:
+        """No longer held (what :meth:`AgentWatcher.lease` does at the end of its block)."""
+        self._watcher.unregister(self)
+
+    def raise_if_cut(self) -> None:
+        if self.cut:
+            raise AgentGone("the agent no longer authenticates")
+
+    async def confirm(self) -> None:
+        """Check now, not at the next interval, that the agent is still usable (before
+        a notification, after a wait); raises :class:`AgentGone` if it is not."""
+        if not self.cut:
+            await self._watcher.confirm(self.digest)
+        self.raise_if_cut()
+
+    def _cut(self) -> None:
+        if self.cut:
+            return
+        self.cut = True
+        callbacks, self._callbacks = list(self._callbacks.values()), {}
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 — one waiter's callback must not spare the others
+                log.exception("a callback for a cut-off agent failed")
+
+
+_ABSENT = object()
+
+
+def _usable(found: dict[str, Any], digest: str, now) -> bool:
+    expires_at = found.get(digest, _ABSENT)
+    return expires_at is not _ABSENT and (expires_at is None or expires_at > now)
+
+
+def _agents_now(
+    digests: list[str], generation_seen: str | None, known: dict[str, Any]
+) -> tuple[str | None, dict[str, Any]]:
+    """(the catalog generation, the usable tokens among ``digests`` with their expiry).
+
+    Under the generation of the last read, only the tokens not read then are looked up;
+    a new generation (any write to the agents table) reads them all again. The
+    generation is read first, so a change committed after it shows as the next one."""
+    generation = current_generation()
+    if generation is None or generation != generation_seen:
+        ask, found = digests, {}
+    else:
+        ask = [d for d in digests if d not in known]
+        found = {d: known[d] for d in digests if d in known}
+    if ask:
+        found.update(agent_tokens_usable(ask))
+    return generation, found
+
+
+DbRunner = Callable[[Callable[..., Any]], Callable[..., Awaitable[Any]]]
+
+
+class AgentWatcher:
+    """The check of the agents an event loop's leases are for: one read of the catalog
+    generation per interval while any lease is held, and one query for all the leased
+    tokens when it changed (or a lease on a token not read yet arrived).
+
+    ``run`` turns a database function into a coroutine (default :func:`db_call`: a pool
+    thread, on a connection closed at once)."""
+
+    def __init__(self, run: DbRunner | None = None) -> None:
+        self.leases: dict[str, set[AgentLease]] = {}
+        self.checks = 0  # reads of the agents (for tests)
+        self._run_db = run
+        self._generation: str | None = None
+        self._usable: dict[str, Any] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def _db(self, fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+        return (self._run_db or db_call)(fn)
+
+    def register(self, token: str) -> AgentLease:
+        lease = AgentLease(self, token_hash(token))
+        self.leases.setdefault(lease.digest, set()).add(lease)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="countersign-agent-watcher"
+            )
+        return lease
+
+    def unregister(self, lease: AgentLease) -> None:
+        leases = self.leases.get(lease.digest)
+        if leases is not None:
+            leases.discard(lease)
+            if not leases:
+                del self.leases[lease.digest]
+
+    def count(self) -> int:
+        return sum(len(leases) for leases in self.leases.values())
+
+    def cut(self, digest: str) -> None:
+        """Cut every lease on this token (its agent is gone)."""
+        self._usable.pop(digest, None)
+        for lease in list(self.leases.get(digest, ())):
+            lease._cut()
+
+    async def check(self) -> None:
+        digests = list(self.leases)
+        if not digests:
+            return
+        self.checks += 1
+        generation, found = await self._db(_agents_now)(digests, self._generation, self._usable)
+        self._generation, self._usable = generation, found
+        now = timezone.now()
+        for digest in digests:
+            if not _usable(found, digest, now):
+                self.cut(digest)
+
+    async def confirm(self, digest: str) -> None:
+        """Read this one token now; cut its leases if its agent is gone."""
+        found = await self._db(agent_tokens_usable)([digest])
+        if not _usable(found, digest, timezone.now()):
+            self.cut(digest)
+
+    async def _run(self) -> None:
+        # Checked at once (an agent cut off between its request's check and the lease),
+        # then every interval for as long as a lease is held.
+        while self.leases:
+            try:
+                await self.check()
+            except Exception:  # noqa: BLE001 — the database is down: try again next time
+                log.warning("could not check the agents of open waits", exc_info=True)
+            await asyncio.sleep(max(0.05, settings.COUNTERSIGN_AGENT_CHECK_SECONDS))
+
+    @contextlib.asynccontextmanager
+    async def lease(self, token: str) -> AsyncIterator[AgentLease]:
+        """Hold a lease on the agent holding ``token`` for the block."""
+        held = self.register(token)
+        try:
+            yield held
+        finally:
+            held.release()
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+
+
+_agent_watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AgentWatcher] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def agent_watcher() -> AgentWatcher:
+    """This event loop's agent watcher (created on first use)."""
+    loop = asyncio.get_running_loop()
+    found = _agent_watchers.get(loop)
+    if found is None:
+        found = _agent_watchers[loop] = AgentWatcher()
+    return found
+
+
+def agent_lease(token: str) -> contextlib.AbstractAsyncContextManager[AgentLease]:
+    """Hold a lease on the agent holding ``token`` for the block: it is cut within
+    ``COUNTERSIGN_AGENT_CHECK_SECONDS`` of the agent ceasing to authenticate."""
+    return agent_watcher().lease(token)

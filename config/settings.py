@@ -435,6 +435,10 @@ COUNTERSIGN_MAX_WAIT_SECONDS = 30
 # statuses of all plans being waited on in one query this often.
 COUNTERSIGN_NOTIFY_CHANNEL = env_str("COUNTERSIGN_NOTIFY_CHANNEL", "countersign:plans")
 COUNTERSIGN_WAIT_POLL_SECONDS = env_float("COUNTERSIGN_WAIT_POLL_SECONDS", 0.5)
+# An open wait or stream (a long-poll, an MCP get_plan wait, a subscription) is cut this
+# soon after its agent is revoked or deactivated: each process reads the catalog
+# generation this often while any is open (approvals.wakeups.AgentWatcher).
+COUNTERSIGN_AGENT_CHECK_SECONDS = env_float("COUNTERSIGN_AGENT_CHECK_SECONDS", 0.5)
 # Woken long-polls answered at once per web process (each answer is a Django request
 # with a thread and a database connection; the others queue as coroutines).
 COUNTERSIGN_LONGPOLL_CONCURRENCY = env_int("COUNTERSIGN_LONGPOLL_CONCURRENCY", 16)

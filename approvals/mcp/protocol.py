@@ -61,7 +61,7 @@ from ..ratelimit import rate_limit_check
 from ..schemas import PlanCreate, PlanOut, Problem
 from ..selectors import actions_for_agent, plan_for_agent
 from ..services import plan_cancel, plan_submit
-from ..wakeups import db_call, wait_for_change
+from ..wakeups import agent_lease, db_call, wait_for_change
 from . import consent, resources, tasks
 from .rendering import (
     CARD_URI,
@@ -84,6 +84,14 @@ MAX_WAIT_SECONDS = 30
 # -32001 for itself (never sent on the wire), so ours start further in.
 UNAUTHENTICATED = -32010
 INVALID_PARAMS = types.INVALID_PARAMS
+
+# What a request that was open when its agent was cut off is answered.
+CUT_OFF = (
+    "the agent was revoked or deactivated, or its token expired, while this request was "
+    "open; ask an administrator"
+)
+# Requests answered whoever asks (the handshake itself, a liveness check).
+UNGUARDED = frozenset({"initialize", "ping"})
 
 INSTRUCTIONS = (
     "Countersign stands between you and the systems you change. Each action tool only "
@@ -506,6 +514,34 @@ def _plan_status(plan_id: uuid.UUID) -> str | None:
     return Plan.objects.filter(id=plan_id).values_list("status", flat=True).first()
 
 
+def agent_cutoff(token_source: TokenSource):
+    """Server middleware: every request runs holding a lease on its agent
+    (approvals.wakeups.agent_lease), and is cut when the agent is revoked or deactivated,
+    within ``COUNTERSIGN_AGENT_CHECK_SECONDS``: a ``get_plan`` wait, a consent round, a
+    ``subscriptions/listen`` stream, and whatever waits in a handler yet to be written.
+    The request is then answered with the unauthenticated error instead of its result
+    (which also goes for a request that ended as the cut was seen)."""
+
+    async def cut_off(ctx: ServerRequestContext[Any, Any], call_next):
+        token = token_source(ctx)
+        if not token or ctx.request_id is None or ctx.method in UNGUARDED:
+            return await call_next(ctx)
+        async with agent_lease(token) as lease:
+            with anyio.CancelScope() as scope:
+                stop = lease.on_cut(scope.cancel)
+                held = resources.held_lease.set(lease)
+                try:
+                    result = await call_next(ctx)
+                finally:
+                    resources.held_lease.reset(held)
+                    stop()
+            if scope.cancelled_caught or lease.cut:
+                raise _protocol_error(Unauthenticated(CUT_OFF), code=UNAUTHENTICATED)
+        return result
+
+    return cut_off
+
+
 async def _wait_for_decision(plan_id: uuid.UUID, seconds: float) -> None:
     """Until the plan leaves awaiting_approval, or ``seconds`` pass."""
     status = _db(_plan_status)
@@ -546,10 +582,12 @@ def build_server(
 ) -> Server[Any]:
     """An MCP server whose every request is answered for the agent holding the token.
 
-    The token is checked on every request, so a deactivated agent is refused at once.
-    ``connection_subscriptions`` serves ``resources/subscribe`` in the handshake era, on
-    a connection that lasts (stdio); without it (stateless HTTP) that era has none, and
-    ``subscriptions/listen`` (2026-07-28) is the way to follow a plan.
+    The token is checked on every request, so a deactivated agent is refused at once,
+    and a request still open when its agent is revoked or deactivated is cut off
+    (:func:`agent_cutoff`). ``connection_subscriptions`` serves ``resources/subscribe``
+    in the handshake era, on a connection that lasts (stdio); without it (stateless
+    HTTP) that era has none, and ``subscriptions/listen`` (2026-07-28) is the way to
+    follow a plan.
     """
 
     async def call(fn: Callable[..., Any], ctx: ServerRequestContext[Any, Any], *args: Any) -> Any:
@@ -650,6 +688,7 @@ def build_server(
             return await rendered(plan, proposed=True, note=note)
         if plan.status == PlanStatus.AWAITING_APPROVAL:
             await _wait_for_decision(plan.id, consent.ROUND_SECONDS)
+            agent = await agent_of(ctx)  # after every wait, the agent again
             plan = await fresh(agent, plan.id)
         if plan.status == PlanStatus.AWAITING_APPROVAL:
             if round_ + 1 < consent.MAX_ROUNDS:
@@ -669,6 +708,7 @@ def build_server(
             # read again after registering, so a change since the read above counts.
             status_of = _db(_plan_status)
             await wait_for_change(plan.id, read=lambda: status_of(plan.id), timeout=wait)
+            agent = await agent_of(ctx)  # after every wait, the agent again
             plan = await fresh(agent, plan.id)
         return await rendered(plan, proposed=False)
 
@@ -745,6 +785,7 @@ def build_server(
         agent, plan = await _task_plan(ctx, params)
         if tasks.task_status(plan) == "working":
             await _wait_for_settled(plan.id, tasks.RESULT_WAIT_SECONDS)
+            agent = await agent_of(ctx)  # after every wait, the agent again
             plan = await fresh(agent, plan.id)
         if tasks.task_status(plan) == "working":
             raise tasks.legacy_unfinished(plan)
@@ -807,6 +848,9 @@ def build_server(
     server.extensions[tasks.TASKS] = {}
     # Seals and verifies requestState (the 2026-07-28 multi-round-trip calls).
     server.middleware.append(consent.state_boundary(token_source))
+    # Cuts off a request whose agent is revoked or deactivated while it is open (outside
+    # whatever answers a request itself, so nothing escapes it).
+    server.middleware.append(agent_cutoff(token_source))
     server.middleware.append(legacy_task_calls)
     return server
 
@@ -845,7 +889,7 @@ async def serve_stdio(token: str) -> None:
         server = build_server(
             lambda ctx: token,
             how="set the agent token in the server's environment",
-            connection_subscriptions=resources.ConnectionSubscriptions(tg),
+            connection_subscriptions=resources.ConnectionSubscriptions(tg, token),
         )
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -13,10 +13,17 @@ A change is heard through :mod:`approvals.wakeups` — the Redis message every p
 that moves a plan publishes on commit (a reviewer's web process, a worker, the sweeper)
 — so the process holding the stream learns of a change made anywhere. Only the agent's
 own plans are honoured; other URIs are left out of the acknowledgement.
+
+The agent is checked again before every notification, and a stream or a connection's
+subscriptions end once the agent is revoked or deactivated (within
+``COUNTERSIGN_AGENT_CHECK_SECONDS``): a listen stream with the unauthenticated error
+(approvals.mcp.protocol.agent_cutoff), stdio subscriptions by being dropped (the
+connection's requests are refused from then on, as for any bad token).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import uuid
@@ -33,7 +40,7 @@ from mcp.shared.exceptions import MCPError
 from actions.models import Agent
 
 from ..models import Plan, PlanStatus
-from ..wakeups import db_call, wait_for_change
+from ..wakeups import AgentGone, AgentLease, agent_watcher, db_call, wait_for_change
 from .rendering import PLAN_URI, plan_document, plan_markdown
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,12 @@ MAX_STREAMS = 1024
 # How long one wait for a change lasts before the status is read again (a safety net:
 # the wake-up normally comes first).
 WATCH_SECONDS = 30.0
+
+# The lease on the agent of the request being served (approvals.mcp.protocol.agent_cutoff
+# sets it), so what a handler starts can check the agent before each notification.
+held_lease: contextvars.ContextVar[AgentLease | None] = contextvars.ContextVar(
+    "countersign_mcp_lease", default=None
+)
 
 
 def plan_uri(plan_id: Any) -> str:
@@ -124,11 +137,17 @@ def _status(plan_id: uuid.UUID) -> str | None:
     return Plan.objects.filter(id=plan_id).values_list("status", flat=True).first()
 
 
-async def watch_plan(plan_id: uuid.UUID, changed: Callable[[], Awaitable[None]]) -> None:
+async def watch_plan(
+    plan_id: uuid.UUID,
+    changed: Callable[[], Awaitable[None]],
+    lease: AgentLease | None = None,
+) -> None:
     """Call ``changed`` each time the plan's status changes, until it is terminal.
 
     Each change is announced at least once (a level trigger: the client reads the plan
-    again); two changes close together may be announced once.
+    again); two changes close together may be announced once. With a ``lease``, the
+    agent is checked before each announcement, and the watch ends when it is cut
+    (:class:`~approvals.wakeups.AgentGone`).
     """
     read = db_call(_status)
 
@@ -138,12 +157,14 @@ async def watch_plan(plan_id: uuid.UUID, changed: Callable[[], Awaitable[None]])
     last = await status()
     while last is not None and last not in PlanStatus.terminal():
         # Registered before it reads, so a change committed meanwhile is not missed.
-        first = await wait_for_change(plan_id, read=status, timeout=WATCH_SECONDS)
+        first = await wait_for_change(plan_id, read=status, timeout=WATCH_SECONDS, lease=lease)
         current = first if first != last else await status()
         if current is None:
             return
         if current != last:
             last = current
+            if lease is not None:
+                await lease.confirm()
             await changed()
 
 
@@ -181,14 +202,25 @@ class PlanListen:
         self._streams += 1
         try:
             async with anyio.create_task_group() as tg:
+                lease = held_lease.get()
                 for plan_id in followed:
-                    tg.start_soon(watch_plan, plan_id, _publisher(bus, plan_uri(plan_id)))
+                    publish = _publisher(bus, plan_uri(plan_id))
+                    tg.start_soon(_watch_quietly, plan_id, publish, lease)
                 try:
                     return await ListenHandler(bus, max_subscriptions=1)(ctx, params)
                 finally:
                     tg.cancel_scope.cancel()
         finally:
             self._streams -= 1
+
+
+async def _watch_quietly(plan_id, changed, lease: AgentLease | None) -> None:
+    """watch_plan for a stream: a cut-off agent ends the watch (the lease being cut
+    ends the stream itself)."""
+    try:
+        await watch_plan(plan_id, changed, lease)
+    except AgentGone:
+        pass
 
 
 def _publisher(bus: InMemorySubscriptionBus, uri: str) -> Callable[[], Awaitable[None]]:
@@ -202,18 +234,31 @@ def _publisher(bus: InMemorySubscriptionBus, uri: str) -> Callable[[], Awaitable
 
 
 class ConnectionSubscriptions:
-    """``resources/subscribe`` on a connection that lasts (stdio): one watcher per
-    subscribed plan, in the connection's task group, notifying through the session."""
+    """``resources/subscribe`` on a connection that lasts (stdio), for the agent holding
+    ``token``: one watcher per subscribed plan, in the connection's task group,
+    notifying through the session.
 
-    def __init__(self, task_group: anyio.abc.TaskGroup) -> None:
+    While any subscription is open the connection holds a lease on its agent: once the
+    agent is revoked or deactivated every subscription is dropped (within
+    ``COUNTERSIGN_AGENT_CHECK_SECONDS``), and the agent is checked again before each
+    notification. A new subscription needs the agent usable again."""
+
+    def __init__(self, task_group: anyio.abc.TaskGroup, token: str) -> None:
         self._tg = task_group
+        self._token = token
         self._watching: dict[str, anyio.CancelScope] = {}
+        self._lease: AgentLease | None = None
+        self._stop_lease: Callable[[], None] | None = None
+
+    def count(self) -> int:
+        return len(self._watching)
 
     def subscribe(self, uri: str, plan_id: uuid.UUID, session: Any) -> None:
         if uri in self._watching:
             return
         if len(self._watching) >= MAX_FOLLOWED:
             raise ValueError(f"at most {MAX_FOLLOWED} subscriptions at once")
+        lease = self._held()
         scope = anyio.CancelScope()
         self._watching[uri] = scope
 
@@ -223,10 +268,14 @@ class ConnectionSubscriptions:
         async def run() -> None:
             with scope:
                 try:
-                    await watch_plan(plan_id, notify)
+                    await watch_plan(plan_id, notify, lease)
+                except AgentGone:
+                    pass  # every subscription is being dropped (_cut_off)
                 except Exception:  # noqa: BLE001 - a lost connection ends the watch
                     log.debug("stopped watching %s", uri, exc_info=True)
-            self._watching.pop(uri, None)
+            if self._watching.get(uri) is scope:
+                del self._watching[uri]
+            self._release_if_idle()
 
         self._tg.start_soon(run)
 
@@ -234,3 +283,33 @@ class ConnectionSubscriptions:
         scope = self._watching.pop(uri, None)
         if scope is not None:
             scope.cancel()
+        self._release_if_idle()
+
+    def _held(self) -> AgentLease:
+        if self._lease is None:
+            self._lease = agent_watcher().register(self._token)
+            self._stop_lease = self._lease.on_cut(self._cut_off)
+        return self._lease
+
+    def _release_if_idle(self) -> None:
+        if self._watching or self._lease is None:
+            return
+        lease, stop, self._lease, self._stop_lease = self._lease, self._stop_lease, None, None
+        if stop is not None:
+            stop()
+        lease.release()
+
+    def _cut_off(self) -> None:
+        """The agent was revoked or deactivated: drop every subscription."""
+        dropped = list(self._watching.values())
+        self._watching.clear()
+        for scope in dropped:
+            scope.cancel()
+        log.warning(
+            "the agent's token no longer authenticates (revoked, deactivated or expired): "
+            "%d subscription(s) dropped",
+            len(dropped),
+        )
+        lease, self._lease, self._stop_lease = self._lease, None, None
+        if lease is not None:
+            lease.release()

@@ -72,6 +72,8 @@ def in_process(db, monkeypatch):
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     monkeypatch.setattr("approvals.mcp.protocol._db", inline)
+    # The check of the agents of open requests (approvals.wakeups.AgentWatcher) as well.
+    monkeypatch.setattr("approvals.wakeups.db_call", inline)
     return _connector()
 
 
