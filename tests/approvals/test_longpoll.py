@@ -230,6 +230,149 @@ async def until_subscribed() -> None:
         watch.unregister("warm-up", waiter)
 
 
+# --- an agent cut off while it waits -------------------------------------------------------
+
+CUT_WITHIN = 10  # seconds after the cut by which the wait must have ended (it asked WAIT)
+
+
+def cut(agent, how: str) -> None:
+    """Revoke (``revoke_agent``), deactivate (as a bare UPDATE: no signal, no service),
+    or let the token expire a moment from now."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from actions.models import Agent
+    from actions.services import agent_revoke
+
+    if how == "revoke":
+        agent_revoke(name=agent.name)
+    elif how == "deactivate":
+        Agent.objects.filter(pk=agent.pk).update(is_active=False)
+    else:
+        Agent.objects.filter(pk=agent.pk).update(expires_at=timezone.now() + timedelta(seconds=0.5))
+
+
+def assert_refused_soon(response, since_cut: float) -> None:
+    assert response.status_code == 401, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "urn:countersign:problem:unauthenticated"
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert since_cut < CUT_WITHIN
+
+
+@pytest.mark.parametrize("how", ["revoke", "deactivate", "expire"])
+def test_an_open_long_poll_is_answered_401_when_its_agent_is_cut_off(
+    make_plan, agent, api_headers, how
+):
+    """Not when the wait times out: the gate's lease on the agent is cut, and Django
+    answers the request at once, as it answers any request with that token."""
+    plan = make_plan()
+    headers = {"Authorization": api_headers["HTTP_AUTHORIZATION"]}
+
+    async def main():
+        async with asgi_client() as http:
+            request = asyncio.ensure_future(
+                http.get(f"/api/v1/plans/{plan.id}", params={"wait": WAIT}, headers=headers)
+            )
+            await until(lambda: settled_waiters() == 1)
+            assert wakeups.agent_watcher().count() == 1
+            await wakeups.db_call(cut)(agent, how)
+            cut_at = time.monotonic()
+            response = await request
+            return response, time.monotonic() - cut_at
+
+    response, since_cut = run(main())
+    assert_refused_soon(response, since_cut)
+    assert Plan.objects.get(pk=plan.pk).status == PlanStatus.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize("how", ["revoke", "deactivate"])
+def test_the_views_own_wait_is_cut_off_too(make_plan, agent, api_headers, async_client, how):
+    """Without the gate (the test client, a WSGI server), Django's own wait holds the
+    same kind of lease, checked on the request's thread."""
+    plan = make_plan()
+
+    async def main():
+        request = asyncio.ensure_future(
+            async_client.get(
+                f"/api/v1/plans/{plan.id}",
+                {"wait": WAIT},
+                headers={"Authorization": api_headers["HTTP_AUTHORIZATION"]},
+            )
+        )
+        await until(lambda: settled_waiters() == 1)
+        await wakeups.db_call(cut)(agent, how)
+        cut_at = time.monotonic()
+        response = await request
+        return response, time.monotonic() - cut_at
+
+    response, since_cut = run(main())
+    assert_refused_soon(response, since_cut)
+
+
+def test_one_check_serves_every_lease_and_reads_agents_only_after_a_change(
+    make_plan, agent, other_agent, api_headers
+):
+    """Forty waiters of two agents: the watcher reads the agents once for all of them,
+    then only the catalog generation until something in the catalog changes."""
+    other, other_token = other_agent
+    plans = clone_plans(make_plan(), 20)
+    Plan.objects.filter(pk__in=[p.pk for p in plans[10:]]).update(agent=other)
+    headers = {
+        "mine": {"Authorization": api_headers["HTTP_AUTHORIZATION"]},
+        "theirs": {"Authorization": f"Bearer {other_token}"},
+    }
+    measured = {}
+
+    async def main():
+        async with asgi_client() as http:
+            requests = [
+                asyncio.ensure_future(
+                    http.get(
+                        f"/api/v1/plans/{p.id}",
+                        params={"wait": WAIT},
+                        headers=headers["mine" if i < 10 else "theirs"],
+                    )
+                )
+                for _ in range(2)
+                for i, p in enumerate(plans)
+            ]
+            agents = wakeups.agent_watcher()
+            await until(lambda: settled_waiters() == 40)
+            assert agents.count() == 40
+            queries = []
+            original = wakeups.agent_tokens_usable
+
+            def counted(digests):
+                queries.append(len(digests))
+                return original(digests)
+
+            wakeups.agent_tokens_usable = counted
+            try:
+                checks = agents.checks
+                await until(lambda: agents.checks >= checks + 3)
+                measured["idle"] = list(queries)
+                await wakeups.db_call(cut)(agent, "deactivate")
+                refused = await asyncio.gather(*(r for i, r in enumerate(requests) if i % 20 < 10))
+                measured["after"] = queries[len(measured["idle"]) :]
+            finally:
+                wakeups.agent_tokens_usable = original
+            # The other agent's waits go on; cancelled, they answer.
+            for p in plans[10:]:
+                await wakeups.db_call(cancel_later)(other, p.id)
+            answered = await asyncio.gather(*(r for i, r in enumerate(requests) if i % 20 >= 10))
+            return refused, answered
+
+    refused, answered = run(main())
+    # Nothing changed: no agent was read, however many checks ran.
+    assert measured["idle"] == []
+    # The change: both tokens read in one query; only the deactivated agent's waits end.
+    assert measured["after"][:1] == [2]
+    assert [r.status_code for r in refused] == [401] * 20
+    assert [r.json()["status"] for r in answered] == ["cancelled"] * 20
+
+
 # --- what idle waiters hold -------------------------------------------------------------------
 
 
