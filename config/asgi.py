@@ -60,16 +60,7 @@ class SizedBodies:
                 return None
             body += message.get("body", b"")
             if len(body) > self.limit:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 413,
-                        "headers": [(b"content-type", b"text/plain; charset=utf-8")],
-                    }
-                )
-                text = f"Request body larger than {self.limit} bytes.\n".encode()
-                await send({"type": "http.response.body", "body": text})
-                return None
+                return await _too_large(scope, send, self.limit)
             if not message.get("more_body"):
                 break
         inner = dict(scope)
@@ -82,6 +73,28 @@ class SizedBodies:
             return pending.pop() if pending else await receive()
 
         return await self.app(inner, replay, send)
+
+
+async def _too_large(scope, send, limit: int) -> None:
+    """413 for a chunked body over the limit: a problem document on the agent API (as
+    Django's own 413 there is), a line of text elsewhere."""
+    if scope.get("path", "").startswith("/api/"):
+        content_type = PROBLEM_CONTENT_TYPE.encode()
+        body = json.dumps(
+            problem_body(
+                status=413,
+                type="body-too-large",
+                title="The body is too large",
+                detail=f"at most {limit} bytes",
+            )
+        ).encode()
+    else:
+        content_type = b"text/plain; charset=utf-8"
+        body = f"Request body larger than {limit} bytes.\n".encode()
+    await send(
+        {"type": "http.response.start", "status": 413, "headers": [(b"content-type", content_type)]}
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 class Admission:

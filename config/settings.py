@@ -141,6 +141,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: what a request's log lines are about starts empty (actions/lib/logcontext.py).
     "actions.lib.logcontext.RequestContextMiddleware",
+    # Error pages under /api/ (an unknown path, a wrong method) as problem documents.
+    "approvals.apierrors.ApiProblemsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -508,6 +508,82 @@ def test_agents_cannot_approve(post, client, api_headers, upstream):
     assert Plan.objects.get(id=created["id"]).status == "awaiting_approval"
 
 
+# --- errors outside the endpoints ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "suggested"),
+    [
+        ("get", "/api/v1/nope", None),
+        ("get", "/api/v1/", None),
+        ("get", "/api/v1/actions/", "/api/v1/actions"),  # a trailing slash too many
+        ("post", "/api/v1/plans/", "/api/v1/plans"),
+        ("get", f"/api/v1/plans/{uuid.uuid4()}/nope", None),
+        ("get", "/api/v2/actions", None),
+    ],
+)
+def test_an_unknown_path_is_a_404_problem(client, api_headers, method, path, suggested):
+    response = getattr(client, method)(path, **api_headers)
+    body = assert_problem(response, 404, "not-found")
+    assert body["detail"].startswith(f"no such endpoint: {method.upper()} {path}")
+    if suggested:
+        assert body["detail"].endswith(f"(did you mean {suggested}?)")
+    else:
+        assert "did you mean" not in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("delete", "/api/v1/actions", "GET"),
+        ("put", "/api/v1/plans", "POST"),
+        ("patch", "/api/v1/plans", "POST"),
+        ("get", f"/api/v1/plans/{uuid.uuid4()}/cancel", "POST"),
+        ("post", f"/api/v1/plans/{uuid.uuid4()}", "GET"),
+    ],
+)
+def test_a_method_the_path_does_not_take_is_a_405_problem(
+    client, api_headers, method, path, allowed
+):
+    response = getattr(client, method)(path, **api_headers)
+    body = assert_problem(response, 405, "method-not-allowed")
+    assert response["Allow"] == allowed
+    assert body["detail"] == f"{method.upper()} is not allowed on {path}; allowed: {allowed}"
+
+
+def test_a_request_django_refuses_before_any_view_is_a_400_problem(client, api_headers):
+    response = client.get("/api/v1/actions", HTTP_HOST="elsewhere.example", **api_headers)
+    body = assert_problem(response, 400, "bad-request")
+    assert body["detail"] == "the Host header names a host this server does not answer for"
+
+
+def test_an_error_page_from_outside_the_api_handler_becomes_a_problem(rf):
+    """A 500 (or any error) rendered by Django's own handlers, not the API's."""
+    from django.http import HttpResponseServerError
+
+    from approvals.apierrors import ApiProblemsMiddleware
+
+    def failing(request):
+        return HttpResponseServerError("<h1>Server Error (500)</h1>")
+
+    response = ApiProblemsMiddleware(failing)(rf.get("/api/v1/actions"))
+    assert response.status_code == 500
+    assert response["Content-Type"] == "application/problem+json"
+    body = json.loads(response.content)
+    assert PROBLEM_KEYS <= set(body)
+    assert body["type"] == "urn:countersign:problem:internal-error"
+    assert body["detail"] == "quote the correlation id to an administrator"
+    # Outside /api/ the page stays as it is.
+    page = ApiProblemsMiddleware(failing)(rf.get("/plans/"))
+    assert page["Content-Type"].startswith("text/html")
+
+
+def test_pages_outside_the_api_keep_their_html_errors(client, db):
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
 # --- OpenAPI -----------------------------------------------------------------------------------
 
 

@@ -238,6 +238,50 @@ def test_a_chunked_body_over_the_limit_is_413_and_never_reaches_the_app():
     assert dict(scope["headers"]) == {b"content-length": b"10"}
 
 
+def test_a_chunked_body_over_the_limit_on_the_api_is_a_problem():
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def run() -> None:
+        messages = [{"type": "http.request", "body": b"12345678901", "more_body": False}]
+
+        async def receive():
+            return messages.pop(0)
+
+        scope = {
+            "type": "http",
+            "path": "/api/v1/plans",
+            "headers": [(b"transfer-encoding", b"chunked")],
+        }
+        await SizedBodies(None, limit=10)(scope, receive, send)
+
+    asyncio.run(run())
+    start, body = sent
+    assert start["status"] == 413
+    assert dict(start["headers"])[b"content-type"] == b"application/problem+json"
+    problem = json.loads(body["body"])
+    assert problem["type"] == "urn:countersign:problem:body-too-large"
+    assert problem["detail"] == "at most 10 bytes"
+
+
+def test_unknown_paths_and_wrong_methods_on_the_api_are_problems(live_web):
+    """Through the real server (uvicorn, the ASGI pieces, Django as WSGI), not only
+    Django's test client."""
+    with httpx.Client(base_url=live_web, timeout=30) as http:
+        missing = http.get("/api/v1/nope")
+        slashed = http.get("/api/v1/actions/")
+        wrong = http.delete("/api/v1/actions")
+    for response, status in ((missing, 404), (slashed, 404), (wrong, 405)):
+        assert response.status_code == status
+        assert response.headers["content-type"] == "application/problem+json"
+        assert set(response.json()) >= {"type", "title", "status", "detail", "correlation_id"}
+    assert slashed.json()["detail"].endswith("(did you mean /api/v1/actions?)")
+    assert wrong.headers["allow"] == "GET"
+    assert wrong.json()["type"] == "urn:countersign:problem:method-not-allowed"
+
+
 def test_the_options_default_as_uvicorns_do():
     """Deployments moved from ``uvicorn config.asgi:application`` keep its behaviour
     (X-Forwarded-* trusted from 127.0.0.1 only, the same keep-alive and backlog)."""
