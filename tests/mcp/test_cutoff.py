@@ -2,8 +2,8 @@
 MCP surface that was open when it happened, not only at its next request: a ``get_plan``
 wait ends with the unauthenticated error instead of the plan, in both protocol eras, over
 HTTP (the live uvicorn) and stdio (``manage.py mcp``); a 2026-07-28 ``subscriptions/listen``
-stream is closed with that error; a stdio ``resources/subscribe`` stops delivering, and the
-session's requests are refused.
+stream is closed with that error, and so is a 2025-11-25 ``tasks/result`` wait; a stdio
+``resources/subscribe`` stops delivering, and the session's requests are refused.
 
 Each wait asks for 30 s; it must end within a few seconds of the cut (the server checks
 every COUNTERSIGN_AGENT_CHECK_SECONDS, 0.5 s), which only a wait woken by the cut does."""
@@ -14,6 +14,7 @@ import json
 import tempfile
 import time
 import warnings
+from typing import Literal
 
 import anyio
 import mcp.types as types
@@ -26,6 +27,7 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning
+from pydantic import Field
 
 from actions.models import Agent
 from actions.services import agent_revoke
@@ -145,6 +147,39 @@ def test_an_open_get_plan_wait_is_cut_off_over_http(live, agent, agent_token, ma
     assert "result" not in when, "the plan was returned to a cut-off agent"
     assert_cut_off(when["error"], when)
     assert Plan.objects.get(pk=plan.pk).status == PlanStatus.AWAITING_APPROVAL
+
+
+class _TaskParams(types.RequestParams):
+    task_id: str = Field(alias="taskId")
+
+
+class _TaskResult(types.Request[_TaskParams, Literal["tasks/result"]]):
+    method: Literal["tasks/result"] = "tasks/result"
+    params: _TaskParams
+
+
+@pytest.mark.parametrize("how", CUTS)
+def test_an_open_task_result_wait_is_cut_off_over_http(live, agent, agent_token, make_plan, how):
+    """The 2025-11-25 tasks form (the handshake era): ``tasks/result`` on a plan still
+    awaiting a decision waits for it to settle, and is cut off like get_plan."""
+    plan = make_plan()
+
+    async def main():
+        when: dict = {}
+        async with http_client(live["url"], agent_token, mode="legacy") as client:
+            request = _TaskResult(params=_TaskParams(taskId=str(plan.id)))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cut_later, agent, how, when)
+                try:
+                    when["result"] = await client.session.send_request(request, types.Result)
+                except Exception as exc:  # noqa: BLE001 - inspected below
+                    when["error"] = mcp_error(exc)
+                when["ended"] = time.monotonic()
+        return when
+
+    when = anyio.run(main)
+    assert "result" not in when, "the plan's result was returned to a cut-off agent"
+    assert_cut_off(when["error"], when)
 
 
 @pytest.mark.parametrize("how", CUTS)
