@@ -250,9 +250,6 @@ class ConnectionSubscriptions:
         self._lease: AgentLease | None = None
         self._stop_lease: Callable[[], None] | None = None
 
-    def count(self) -> int:
-        return len(self._watching)
-
     def subscribe(self, uri: str, plan_id: uuid.UUID, session: Any) -> None:
         if uri in self._watching:
             return
