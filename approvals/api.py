@@ -26,6 +26,7 @@ from pydantic import Field
 from actions.lib.bearer import bearer_token
 from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
 from actions.lib.exceptions import CountersignError
+from actions.lib.outage import DatabaseUnavailable, database_unavailable, monitor, noted
 from actions.lib.problems import PROBLEM_CONTENT_TYPE, current_correlation_id, problem_body
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
@@ -84,7 +85,7 @@ def problem(
 
 def problem_from(exc: CountersignError) -> JsonResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | DatabaseUnavailable):
         headers = {"Retry-After": str(exc.retry_after)}
     return problem(
         status=exc.status,
@@ -217,11 +218,24 @@ def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return problem_from(BodyTooLarge(f"at most {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"))
 
 
+def unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse:
+    """The database cannot be reached (actions.lib.outage): 503 with Retry-After, logged
+    once per outage and counted after that, never a traceback per request."""
+    noted(exc, f"agent API, {request.method} {request.path}")
+    response = problem_from(DatabaseUnavailable())
+    # Django would log every 503 again as an error line of its own.
+    response._has_been_logged = True
+    return response
+
+
 @api.exception_handler(DatabaseError)
 def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
-    # Every pooled connection stayed busy for COUNTERSIGN_DB_POOL_TIMEOUT seconds (the
-    # web process is overloaded): ask the agent to come back rather than report a fault.
     if isinstance(exc.__cause__, PoolTimeout):
+        if monitor.active:
+            # The pool waited for a connection it cannot make: the database is away.
+            return unavailable(request, exc)
+        # Every pooled connection stayed busy for COUNTERSIGN_DB_POOL_TIMEOUT seconds (the
+        # web process is overloaded): ask the agent to come back rather than report a fault.
         log.warning("agent API: no database connection free in the pool; answered 503")
         return problem(
             status=503,
@@ -235,6 +249,8 @@ def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
 
 @api.exception_handler(Exception)
 def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    if database_unavailable(exc):
+        return unavailable(request, exc)
     # The id this request's lines already carry, if any: one grep finds them all.
     correlation_id = current_correlation_id()
     log.exception("agent API error, correlation id %s", correlation_id)
@@ -299,7 +315,7 @@ def action_out(action: Action) -> dict[str, Any]:
 
 @api.get(
     "/actions",
-    response={200: list[ActionOut], 401: Problem},
+    response={200: list[ActionOut], 401: Problem, 503: Problem},
     tags=["actions"],
     summary="Actions this agent may propose",
 )
@@ -426,6 +442,7 @@ _PLAN_ERRORS = {
     422: Problem,
     429: Problem,
     502: Problem,
+    503: Problem,
     504: Problem,
 }
 
@@ -487,7 +504,7 @@ class WaitQuery(Schema):
 
 @api.get(
     "/plans/{plan_id}",
-    response={200: PlanOut, 401: Problem, 404: Problem, 422: Problem},
+    response={200: PlanOut, 401: Problem, 404: Problem, 422: Problem, 503: Problem},
     tags=["plans"],
     summary="Read a plan; ?wait=N long-polls for a change",
 )
@@ -554,7 +571,14 @@ def _releasing(fn):
 
 @api.post(
     "/plans/{plan_id}/cancel",
-    response={200: PlanOut, 401: Problem, 404: Problem, 409: Problem, 422: Problem},
+    response={
+        200: PlanOut,
+        401: Problem,
+        404: Problem,
+        409: Problem,
+        422: Problem,
+        503: Problem,
+    },
     tags=["plans"],
     summary="Withdraw a plan before the worker sends it (awaiting approval or approved)",
 )

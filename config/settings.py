@@ -505,6 +505,10 @@ COUNTERSIGN_REQUEUE_BATCH = env_int("COUNTERSIGN_REQUEUE_BATCH", 200)
 # An execution that has not finished this long after it was claimed is settled by the
 # sweeper (its worker is presumed dead).
 COUNTERSIGN_EXECUTION_LEASE_SECONDS = env_float("COUNTERSIGN_EXECUTION_LEASE_SECONDS", 120.0)
+# A worker holding an upstream's answer while the database cannot be reached keeps it and
+# tries to record it again, backing off, for at most this long (keep it under the lease);
+# then the lease and a reconciliation settle the plan (executors/services.py).
+COUNTERSIGN_RECORD_RETRY_SECONDS = env_float("COUNTERSIGN_RECORD_RETRY_SECONDS", 60.0)
 # The longest a session grant may last (seconds); a longer one is refused when made.
 COUNTERSIGN_GRANT_MAX_SECONDS = env_int("COUNTERSIGN_GRANT_MAX_SECONDS", 8 * 3600)
 
@@ -625,6 +629,10 @@ LOGGING = {
         "context": {"()": "actions.lib.logcontext.ContextFilter"},
         # No authorization code, state or other credential from a query string.
         "access": {"()": "config.accesslog.AccessLogFilter"},
+        # A database outage is one line, then a count, then one line when it clears; a
+        # refused request one line, never a traceback (actions/lib/outage.py).
+        "outage": {"()": "actions.lib.outage.OutageLogFilter"},
+        "refusals": {"()": "actions.lib.outage.OneLineRefusals"},
     },
     "formatters": {
         "plain": {"()": "actions.lib.logcontext.PlainFormatter"},
@@ -634,7 +642,7 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": COUNTERSIGN_LOG_FORMAT,
-            "filters": ["context"],
+            "filters": ["refusals", "outage", "context"],
         }
     },
     "root": {"handlers": ["console"], "level": env_str("COUNTERSIGN_LOG_LEVEL", "INFO")},

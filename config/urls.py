@@ -8,6 +8,10 @@ from approvals.api import api
 from approvals.login import LoginView, ThrottledAdminAuthenticationForm
 from approvals.views import ops
 
+# A database outage is a styled 503 page, anything else Django's 500
+# (approvals/views/unavailable.py).
+handler500 = "approvals.views.unavailable.server_error"
+
 # The admin's sign-in is throttled like the reviewers' (approvals/login.py).
 admin.site.login_form = ThrottledAdminAuthenticationForm
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
@@ -44,6 +46,7 @@ from actions.lib.http import (
     WriteClient,
     connector_url,
 )
+from actions.lib.outage import database_unavailable, noted
 from actions.lib.redaction import REDACTED, filter_text, redact_headers
 from actions.models import Credential, VaultState, action_by_id
 from actions.oauth import TokenError
@@ -233,6 +236,87 @@ def _claim(plan_id) -> Claim | None:
 
 # --- ending an execution ------------------------------------------------------------------
 
+# The first wait before recording again, and the longest (seconds).
+RECORD_FIRST_WAIT = 0.25
+RECORD_MAX_WAIT = 4.0
+
+
+def _drop_connection() -> None:
+    try:
+        connection.close()
+    except Exception:  # noqa: BLE001, S110 - a broken connection is dropped anyway
+        pass
+
+
+def _recorded(
+    claim: Claim, write: Callable[[], Any], *, to: str | None, attempt_to: str | None
+) -> None:
+    """Run ``write`` (one commit of what this execution learned), and while the database
+    cannot be reached, keep what it holds and run it again, backing off, for at most
+    COUNTERSIGN_RECORD_RETRY_SECONDS. Nothing is ever sent again here: only the record.
+
+    Every write is conditional on the attempt still being this worker's try
+    (approvals.lifecycle), so a retry after the sweeper settled the plan (the lease ran
+    out) changes nothing. A commit whose answer was lost may have applied: if a retry
+    finds the plan and its attempt already where ``write`` moves them, it did. Given up,
+    the exception goes on and the lease and a reconciliation settle the plan, as before.
+    """
+    plan, attempt = claim.plan, claim.attempt
+    deadline = time.monotonic() + settings.COUNTERSIGN_RECORD_RETRY_SECONDS
+    wait, tries, started = RECORD_FIRST_WAIT, 0, time.monotonic()
+    while True:
+        status, state = plan.status, attempt.state
+        try:
+            write()
+        except InvalidTransition:
+            if tries and _already_recorded(claim, to=to, attempt_to=attempt_to):
+                log.warning("plan %s: the record committed before the database went away", plan.id)
+                return
+            raise
+        except Exception as exc:
+            if connection.in_atomic_block or not database_unavailable(exc):
+                raise
+            # What a rolled-back transaction moved in memory only.
+            plan.status, attempt.state = status, state
+            tries += 1
+            _drop_connection()
+            if tries == 1:
+                noted(exc, f"worker recording plan {plan.id}")
+            if time.monotonic() + wait > deadline:
+                log.warning(
+                    "plan %s: the upstream's answer could not be recorded in %.0f s (%d tries); "
+                    "the execution lease and a reconciliation will settle it",
+                    plan.id,
+                    time.monotonic() - started,
+                    tries,
+                )
+                raise
+            _sleep(wait)
+            wait = min(wait * 2, RECORD_MAX_WAIT)
+            continue
+        if tries:
+            log.warning(
+                "plan %s: recorded once the database was back (%d tries, %.1f s)",
+                plan.id,
+                tries + 1,
+                time.monotonic() - started,
+            )
+        return
+
+
+def _already_recorded(claim: Claim, *, to: str | None, attempt_to: str | None) -> bool:
+    """Whether the plan and its attempt are where this worker's write moves them, on the
+    attempt's own try: a commit whose answer was lost, not the sweeper's doing."""
+    found = (
+        Attempt.objects.filter(pk=claim.attempt.pk, tries=claim.attempt.tries)
+        .values_list("state", "plan__status")
+        .first()
+    )
+    if found is None:
+        return False
+    state, status = found
+    return (attempt_to is None or state == attempt_to) and (to is None or status == to)
+
 
 def _finish(
     claim: Claim,
@@ -251,28 +335,32 @@ def _finish(
     ``pending``, a reconciliation for ``unknown``) in the same commit; ``plan_fields``
     carry the result and whether the effect was verified."""
     now = timezone.now()
-    with transaction.atomic():
-        execution_end(
-            claim.plan,
-            claim.attempt,
-            to=to,
-            attempt_to=attempt_state,
-            actor=ACTOR,
-            event=_event(claim.plan, to),
-            data={
-                "attempt": str(claim.attempt.id),
-                "upstream_status": upstream_status,
-                **(event_data or {}),
-            },
-            attempt_fields={"finished_at": now, **attempt_fields},
-            finished_at=now,
-            outcome_detail=detail,
-            upstream_status=upstream_status,
-            next_check_at=due(now, look_in),
-            **(plan_fields or {}),
-        )
-        if look_in is not None:
-            wake_look(claim.plan.id, to, countdown=look_in)
+
+    def write() -> None:
+        with transaction.atomic():
+            execution_end(
+                claim.plan,
+                claim.attempt,
+                to=to,
+                attempt_to=attempt_state,
+                actor=ACTOR,
+                event=_event(claim.plan, to),
+                data={
+                    "attempt": str(claim.attempt.id),
+                    "upstream_status": upstream_status,
+                    **(event_data or {}),
+                },
+                attempt_fields={"finished_at": now, **attempt_fields},
+                finished_at=now,
+                outcome_detail=detail,
+                upstream_status=upstream_status,
+                next_check_at=due(now, look_in),
+                **(plan_fields or {}),
+            )
+            if look_in is not None:
+                wake_look(claim.plan.id, to, countdown=look_in)
+
+    _recorded(claim, write, to=to, attempt_to=attempt_state)
     return claim.plan
 
 
@@ -551,7 +639,12 @@ def _record(claim: Claim, auth: Auth, sent: Sent) -> str:
     if response.secret_echoed:
         notes.append("the upstream's answer repeated a credential; it was removed")
     if response.status in (401, 403):
-        _flag_credential(claim.credential, response.status)
+        _recorded(
+            claim,
+            lambda: _flag_credential(claim.credential, response.status),
+            to=None,
+            attempt_to=None,
+        )
     result = None
     if 200 <= response.status < 300 and state in (PlanStatus.COMPLETED, PlanStatus.PENDING):
         result, mismatched = project(spec.result, response, secrets=auth.secret_values())
@@ -602,12 +695,17 @@ def _verify(claim: Claim, *, answer: dict[str, Any], notes: list[str], result) -
     reconciled (the same read-back). Nothing is ever sent again."""
     plan, status = claim.plan, answer["response_status"]
     now = timezone.now()
-    attempt_transition(
-        claim.attempt,
-        to=Attempt.State.ANSWERED,
-        finished_at=now,
-        error="; ".join(notes),
-        **answer,
+    _recorded(
+        claim,
+        lambda: attempt_transition(
+            claim.attempt,
+            to=Attempt.State.ANSWERED,
+            finished_at=now,
+            error="; ".join(notes),
+            **answer,
+        ),
+        to=None,
+        attempt_to=Attempt.State.ANSWERED,
     )
     try:
         verdict, finding = read_back(plan)
@@ -634,18 +732,27 @@ def _verify(claim: Claim, *, answer: dict[str, Any], notes: list[str], result) -
     else:
         state, verified = PlanStatus.COMPLETED, False
         detail = f"applied ({status}), but not verified: {finding['verdict']}"
-    plan_transition(
-        plan,
+    _recorded(
+        claim,
+        lambda: plan_transition(
+            plan,
+            to=state,
+            actor=ACTOR,
+            event=_event(plan, state),
+            data={
+                "attempt": str(claim.attempt.id),
+                "upstream_status": status,
+                "read_back": finding,
+            },
+            finished_at=now,
+            outcome_detail=detail,
+            upstream_status=status,
+            result=result,
+            verified=verified,
+            next_check_at=None,
+        ),
         to=state,
-        actor=ACTOR,
-        event=_event(plan, state),
-        data={"attempt": str(claim.attempt.id), "upstream_status": status, "read_back": finding},
-        finished_at=now,
-        outcome_detail=detail,
-        upstream_status=status,
-        result=result,
-        verified=verified,
-        next_check_at=None,
+        attempt_to=None,
     )
     log.info("plan %s executed: %s (%s, verified %s)", plan.id, state, status, verified)
     return state

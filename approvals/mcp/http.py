@@ -28,12 +28,13 @@ from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from actions.lib.bearer import bearer_token
+from actions.lib.outage import database_unavailable
 from actions.lib.problems import problem_body_from, problem_line
 from actions.services import agent_authenticate
 
 from ..api import Unauthenticated
 from ..wakeups import db_call
-from .protocol import INVALID_PARAMS, UNAUTHENTICATED, build_server
+from .protocol import INVALID_PARAMS, UNAUTHENTICATED, build_server, unavailable_error
 
 MCP_PATH = "/mcp"
 # RFC 9728 §3.1: the metadata of the resource https://host/mcp is at this path.
@@ -162,7 +163,24 @@ class McpHttpApp:
             await _send_empty(send, 405, {"allow": "POST"})
             return
         token = bearer_token(headers.get("authorization"))
-        if token is None or await db_call(agent_authenticate)(token) is None:
+        try:
+            agent = None if token is None else await db_call(agent_authenticate)(token)
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            # Every request checks its token first, so during an outage this is where it
+            # stops: 503 with Retry-After, and the JSON-RPC error for SDKs that read it.
+            body, receive = await _peek_body(receive)
+            error = unavailable_error(exc, where="MCP over HTTP").error
+            retry_after = str(error.data["retry_after"])
+            await _send_json(
+                send,
+                503,
+                _rpc_error(_request_id(body), error.code, error.message, error.data),
+                {"retry-after": retry_after},
+            )
+            return
+        if agent is None:
             body, receive = await _peek_body(receive)
             # Worded as the JSON API words it; the header says why a sent token failed.
             problem = problem_body_from(Unauthenticated(_MISSING))

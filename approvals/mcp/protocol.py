@@ -39,6 +39,7 @@ from pydantic import ValidationError as PydanticValidationError
 from actions.lib.bearer import bearer_token
 from actions.lib.canonical import escape_pointer_token
 from actions.lib.exceptions import CountersignError
+from actions.lib.outage import DatabaseUnavailable, database_unavailable, noted
 from actions.lib.problems import (
     current_correlation_id,
     problem_body,
@@ -83,6 +84,8 @@ MAX_WAIT_SECONDS = 30
 # JSON-RPC codes. -32000..-32019 are the implementation's own; the SDK keeps -32000 and
 # -32001 for itself (never sent on the wire), so ours start further in.
 UNAUTHENTICATED = -32010
+# The database cannot be reached: try the same request again after ``retry_after`` s.
+UNAVAILABLE = -32011
 INVALID_PARAMS = types.INVALID_PARAMS
 
 # What a request that was open when its agent was cut off is answered.
@@ -131,6 +134,27 @@ def _authenticate(token: str | None, *, how: str) -> Agent:
 def _protocol_error(exc: CountersignError, *, code: int) -> MCPError:
     problem = problem_body_from(exc)
     return MCPError(code=code, message=problem_line(problem), data=problem)
+
+
+def unavailable_error(exc: BaseException, *, where: str) -> MCPError:
+    """A database outage as the client sees it, in both protocol eras: a JSON-RPC error
+    (``UNAVAILABLE``) carrying the API's 503 problem with ``retry_after`` seconds, never an
+    internal error. Logged once per outage, counted after that (actions.lib.outage)."""
+    noted(exc, where)
+    problem = problem_body_from(DatabaseUnavailable())
+    problem["retry_after"] = DatabaseUnavailable.retry_after
+    return MCPError(code=UNAVAILABLE, message=problem_line(problem), data=problem)
+
+
+async def _outage_boundary(ctx: ServerRequestContext[Any, Any], call_next):
+    """Server middleware: whatever a request was doing when the database went away, the
+    answer is UNAVAILABLE."""
+    try:
+        return await call_next(ctx)
+    except Exception as exc:
+        if database_unavailable(exc):
+            raise unavailable_error(exc, where=f"MCP {ctx.method}") from None
+        raise
 
 
 def _pointer_for_call(pointer: str, reason_field: str) -> str:
@@ -623,7 +647,9 @@ def build_server(
             return await _after_proposal(ctx, plan, result)
         except MCPError:
             raise
-        except Exception:
+        except Exception as exc:
+            if database_unavailable(exc):
+                raise unavailable_error(exc, where="MCP tools/call") from None
             correlation_id = current_correlation_id()
             log.exception("MCP tool error, correlation id %s", correlation_id)
             return error_result(
@@ -833,7 +859,9 @@ def build_server(
             result, plan = await call(propose, ctx, params.name, dict(params.arguments or {}))
         except MCPError:
             raise
-        except Exception:
+        except Exception as exc:
+            if database_unavailable(exc):
+                raise unavailable_error(exc, where="MCP tools/call (task)") from None
             correlation_id = current_correlation_id()
             log.exception("MCP task call error, correlation id %s", correlation_id)
             raise MCPError(
@@ -848,6 +876,9 @@ def build_server(
     server.extensions[tasks.TASKS] = {}
     # Seals and verifies requestState (the 2026-07-28 multi-round-trip calls).
     server.middleware.append(consent.state_boundary(token_source))
+    # Outside the agent's lease and the task calls (both look the database up): whatever
+    # a request was doing when the database went away, the answer is UNAVAILABLE.
+    server.middleware.append(_outage_boundary)
     # Cuts off a request whose agent is revoked or deactivated while it is open (outside
     # whatever answers a request itself, so nothing escapes it).
     server.middleware.append(agent_cutoff(token_source))
