@@ -214,7 +214,7 @@ class OutageLogFilter(logging.Filter):
             "the database cannot be reached (%s; first met by %s): answering 503 with "
             "Retry-After; further errors are counted until it is back"
         )
-        record.args = (describe(exc), record.name)
+        record.args = (describe(exc), getattr(record, "outage_where", record.name))
         record.exc_info = None
         record.exc_text = None
         record.levelno, record.levelname = logging.ERROR, "ERROR"
@@ -223,7 +223,9 @@ class OutageLogFilter(logging.Filter):
 
 def noted(exc: BaseException, where: str) -> None:
     """Log an outage met by ``where`` through the filter (once, then counted)."""
-    log.error("%s: the database cannot be reached", where, exc_info=exc)
+    log.error(
+        "%s: the database cannot be reached", where, exc_info=exc, extra={"outage_where": where}
+    )
 
 
 class OneLineRefusals(logging.Filter):
