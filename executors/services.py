@@ -241,6 +241,10 @@ RECORD_FIRST_WAIT = 0.25
 RECORD_MAX_WAIT = 4.0
 
 
+def _clock() -> float:
+    return time.monotonic()
+
+
 def _drop_connection() -> None:
     try:
         connection.close()
@@ -262,17 +266,22 @@ def _recorded(
     the exception goes on and the lease and a reconciliation settle the plan, as before.
     """
     plan, attempt = claim.plan, claim.attempt
-    deadline = time.monotonic() + settings.COUNTERSIGN_RECORD_RETRY_SECONDS
-    wait, tries, started = RECORD_FIRST_WAIT, 0, time.monotonic()
+    deadline = _clock() + settings.COUNTERSIGN_RECORD_RETRY_SECONDS
+    wait, tries, started = RECORD_FIRST_WAIT, 0, _clock()
     while True:
         status, state = plan.status, attempt.state
         try:
             write()
         except InvalidTransition:
-            if tries and _already_recorded(claim, to=to, attempt_to=attempt_to):
+            if not tries:
+                raise
+            if _already_recorded(claim, to=to, attempt_to=attempt_to):
                 log.warning("plan %s: the record committed before the database went away", plan.id)
                 return
-            raise
+            # The lease ran out meanwhile and the sweeper settled the plan (unknown, then
+            # a reconciliation): its record stands, this one is not made.
+            log.warning("plan %s: settled by the sweeper while the database was away", plan.id)
+            raise _Done("skipped:claim-lost") from None
         except Exception as exc:
             if connection.in_atomic_block or not database_unavailable(exc):
                 raise
@@ -282,12 +291,12 @@ def _recorded(
             _drop_connection()
             if tries == 1:
                 noted(exc, f"worker recording plan {plan.id}")
-            if time.monotonic() + wait > deadline:
+            if _clock() + wait > deadline:
                 log.warning(
                     "plan %s: the upstream's answer could not be recorded in %.0f s (%d tries); "
                     "the execution lease and a reconciliation will settle it",
                     plan.id,
-                    time.monotonic() - started,
+                    _clock() - started,
                     tries,
                 )
                 raise
@@ -299,7 +308,7 @@ def _recorded(
                 "plan %s: recorded once the database was back (%d tries, %.1f s)",
                 plan.id,
                 tries + 1,
-                time.monotonic() - started,
+                _clock() - started,
             )
         return
 

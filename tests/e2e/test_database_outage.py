@@ -161,11 +161,14 @@ def deployment(cluster, upstream, worker_keys, tmp_path):
         beat_schedule=tmp_path / "beat",
         wait=False,
     )
+    web = None
     try:
         web, url = start_web(env, tmp_path, name="outage-web")
         wait_ready(worker, timeout=90)
     except BaseException:
         worker.stop()
+        if web is not None:
+            web.stop()
         raise
     yield {"url": url, "token": token, "web": web, "worker": worker}
     worker.stop()
@@ -351,7 +354,6 @@ def test_the_database_goes_away_and_comes_back(cluster, deployment, upstream):
     assert any("the database cannot be reached" in line for line in web_lines), web_lines
     assert any("the database is reachable again" in line for line in web_lines), web_lines
     assert any("recorded once the database was back" in line for line in worker_lines)
-    print("\n".join(web_lines + ["----"] + worker_lines))
     assert len(web_lines) <= 12, "\n".join(web_lines)
     assert len(worker_lines) <= 40, "\n".join(worker_lines)
     assert met >= 30
