@@ -162,6 +162,25 @@ once, always with the attempt's `Idempotency-Key` (re-sent after a 5xx or a lost
 or repeated by reconciliation to learn the outcome); the upstream answers a repeat from
 its record, so its effects are counted from the upstream's state (reminders created
 with the plan's unique message).
+
+## The database goes away
+
+The chaos run keeps PostgreSQL up; `tests/e2e/test_database_outage.py` takes it away. It
+starts a private cluster (initdb and pg_ctl on a free loopback port, never the
+machine's shared server), migrates it, runs a web server and a worker with the sweeper
+on it, and has three agents submit and long-poll while one approved write is held at the
+demo upstream. The cluster is stopped with `pg_ctl -m immediate` (a crash) while the
+upstream still holds that write, and started again 4 s later. The test checks that while
+it is down the API (long-polls included) and MCP answer `503` with `Retry-After` and
+pages the styled `503`; that afterwards every plan an agent was given is there and each
+plan wrote at most once; that the write in flight is `completed`, recorded by the worker
+that held the upstream's answer (the lease is ten minutes in the test, so nothing else
+can explain it); and that the logs hold a few lines for the outage, not one per request.
+A run on a loaded 2-core machine: 46 to 67 agent requests answered `503` during the
+outage, 2 web log lines and 5 worker log lines (one per process as it began, one per
+process as it ended, one for the recorded write), the write recorded 5.6 s after the
+crash. What an agent sees in each case is in
+[api.md](api.md#while-the-database-cannot-be-reached).
 """)
 
 
