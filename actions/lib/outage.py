@@ -83,9 +83,9 @@ def database_unavailable(exc: BaseException | None) -> bool:
         return False
     for error in _chain(exc):
         if type(error).__module__.startswith("psycopg_pool"):
-            # No pooled connection came in time: busy, or down (the pool cannot connect);
-            # the caller tells which (monitor.active).
-            return False
+            # No pooled connection came in time: the pool cannot connect while this
+            # process knows the database to be away; otherwise the process is busy.
+            return monitor.active
         if isinstance(error, psycopg.Error):
             state = _sqlstate(error)
             if state is not None:

@@ -164,3 +164,13 @@ def test_a_refusal_is_one_line(client, outsider):
     assert line.startswith("Forbidden (Permission denied): /plans/ (PermissionDenied")
     assert "\n" not in line and "Traceback" not in line
     assert sys.exc_info()[0] is None
+
+
+def test_a_pool_that_cannot_connect_during_an_outage_is_one(monkeypatch):
+    """No pooled connection in time: a busy process, unless the database is known away."""
+    monitor = Monitor(probe=lambda: False)
+    monkeypatch.setattr(outage, "monitor", monitor)
+    timeout = _wrapped(PoolTimeout("no connection in 10 s"))
+    assert not database_unavailable(timeout)
+    monitor.since = 1.0  # an outage under way (no watcher thread needed here)
+    assert database_unavailable(timeout)
