@@ -238,7 +238,7 @@ def _claim(plan_id) -> Claim | None:
 
 # The first wait before recording again, and the longest (seconds).
 RECORD_FIRST_WAIT = 0.25
-RECORD_MAX_WAIT = 4.0
+RECORD_MAX_WAIT = 2.0
 
 
 def _clock() -> float:
