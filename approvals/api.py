@@ -26,7 +26,7 @@ from pydantic import Field
 from actions.lib.bearer import bearer_token
 from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
 from actions.lib.exceptions import CountersignError
-from actions.lib.outage import DatabaseUnavailable, database_unavailable, monitor, noted
+from actions.lib.outage import DatabaseUnavailable, database_unavailable, known_away, noted
 from actions.lib.problems import PROBLEM_CONTENT_TYPE, current_correlation_id, problem_body
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
@@ -231,7 +231,7 @@ def unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse:
 @api.exception_handler(DatabaseError)
 def _database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
     if isinstance(exc.__cause__, PoolTimeout):
-        if monitor.active:
+        if known_away():
             # The pool waited for a connection it cannot make: the database is away.
             return unavailable(request, exc)
         # Every pooled connection stayed busy for COUNTERSIGN_DB_POOL_TIMEOUT seconds (the

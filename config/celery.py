@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from actions.lib import logcontext
+from actions.lib.outage import database_unavailable, noted
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -139,7 +140,7 @@ class Heartbeat(bootsteps.StartStopStep):
         try:
             heartbeat_forget(name=self.name)
         except Exception as exc:  # noqa: BLE001 - the database is down: it goes stale
-            log.warning("could not remove the worker heartbeat: %s", type(exc).__name__)
+            _unrecorded(exc, "could not remove the worker heartbeat")
         finally:
             connection.close()
 
@@ -161,10 +162,19 @@ class Heartbeat(bootsteps.StartStopStep):
             record = heartbeat_started if started else heartbeat_record
             record(name=self.name, kind=Row.Kind.WORKER)
         except Exception as exc:  # noqa: BLE001 - the database is down: try next period
-            log.warning("could not record the worker heartbeat: %s", type(exc).__name__)
+            _unrecorded(exc, "could not record the worker heartbeat")
         finally:
             # The timer's thread keeps no connection between beats.
             connection.close()
+
+
+def _unrecorded(exc: Exception, what: str) -> None:
+    """A periodic write that failed: during a database outage one more error of it
+    (logged once per process, then counted: actions/lib/outage.py), else one line."""
+    if database_unavailable(exc):
+        noted(exc, what)
+    else:
+        log.warning("%s: %s", what, type(exc).__name__)
 
 
 app.steps["worker"].add(Heartbeat)
@@ -206,7 +216,7 @@ class Sealer(bootsteps.StartStopStep):
             try:
                 seal_audit_task()  # run here, synchronously: its logging and errors
             except Exception as exc:  # noqa: BLE001 - the database is down: next period
-                log.warning("audit not sealed: %s", type(exc).__name__)
+                _unrecorded(exc, "audit not sealed")
             finally:
                 # No connection outlives a run: a pool child forked meanwhile must not
                 # inherit one in use.

@@ -16,6 +16,7 @@ its own and stays what it was.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -189,6 +190,21 @@ def _database_writable() -> bool:
 
 
 monitor = Monitor()
+
+
+def known_away() -> bool:
+    """Whether this process is in an outage now (met one, and has not seen it clear)."""
+    return monitor.active
+
+
+def _forget_in_child() -> None:
+    """A forked process (a Celery pool child) starts with no outage of its own: the
+    watching thread did not follow it, so nothing would ever clear what it inherited."""
+    global monitor
+    monitor = Monitor()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _exception_of(record: logging.LogRecord) -> BaseException | None:
