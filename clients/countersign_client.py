@@ -17,7 +17,9 @@ Countersign, so it can be copied into an agent's project as a single file::
 
 Every refusal raises ``CountersignProblem`` carrying the API's RFC 9457 problem: its
 ``type`` (``invalid-input``, ``out-of-scope``, …), ``detail`` and ``errors`` with JSON
-Pointers into what was sent. Proposing writes nothing upstream; a person approves.
+Pointers into what was sent, and ``retry_after`` when the server asked to be called
+again later (``503`` while its database cannot be reached: ``wait`` rides that out).
+Proposing writes nothing upstream; a person approves.
 """
 
 from __future__ import annotations
@@ -62,8 +64,17 @@ MAX_WAIT_SECONDS = 30.0
 class CountersignProblem(Exception):
     """A refusal from Countersign: the API's problem document, typed."""
 
-    def __init__(self, problem: Mapping[str, Any], *, http_status: int | None = None) -> None:
+    def __init__(
+        self,
+        problem: Mapping[str, Any],
+        *,
+        http_status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         self.problem = dict(problem)
+        # Seconds the server asked to wait before trying again (a 503 while its database
+        # cannot be reached, a busy server, a 429), or None.
+        self.retry_after = retry_after
         self.status: int = int(problem.get("status") or http_status or 0)
         # "urn:countersign:problem:invalid-input" -> "invalid-input"
         self.type: str = str(problem.get("type", "")).rsplit(":", 1)[-1]
@@ -193,6 +204,14 @@ class Plan:
         )
 
 
+def _seconds(value: str | None) -> float | None:
+    """Retry-After in delta-seconds (what Countersign sends), or None."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
+
+
 def _moment(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
@@ -239,7 +258,11 @@ class Countersign:
                 problem = {"title": response.reason_phrase, "detail": response.text[:200]}
             if not isinstance(problem, dict):
                 problem = {"title": response.reason_phrase}
-            raise CountersignProblem(problem, http_status=response.status_code)
+            raise CountersignProblem(
+                problem,
+                http_status=response.status_code,
+                retry_after=_seconds(response.headers.get("Retry-After")),
+            )
         return response.json()
 
     def actions(self) -> list[Action]:
@@ -272,13 +295,21 @@ class Countersign:
         returns the plan as it stands then (check ``plan.status``)."""
         wanted = frozenset(until)
         deadline = time.monotonic() + timeout
-        plan = self.get(plan_id)
-        while plan.status not in wanted:
+        plan: Plan | None = None
+        while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            plan = self.get(plan_id, wait=min(MAX_WAIT_SECONDS, remaining))
-        return plan
+            wait = 0.0 if plan is None else min(MAX_WAIT_SECONDS, max(remaining, 0.0))
+            try:
+                plan = self.get(plan_id, wait=wait)
+            except CountersignProblem as problem:
+                # 503 with Retry-After (the server's database restarting, say): wait as
+                # it asks, while the deadline allows, and ask again.
+                if problem.status != 503 or problem.retry_after is None or remaining <= 0:
+                    raise
+                time.sleep(min(problem.retry_after, remaining))
+                continue
+            if plan.status in wanted or deadline - time.monotonic() <= 0:
+                return plan
 
     def cancel(self, plan_id: str) -> Plan:
         """Withdraw a plan before the worker sends it; nothing is sent upstream."""
