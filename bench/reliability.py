@@ -179,8 +179,8 @@ can explain it); and that the logs hold a few lines for the outage, not one per 
 Four runs on a loaded 2-core machine: 30 to 66 agent requests answered `503` during
 the outage, every time 2 web log lines and 5 worker log lines for it (one per process
 as it began, one per process as it ended, one for the recorded write), and the write
-recorded 5.6 to 6.5 s after the crash (the cluster is back 4 s after it). What an agent sees in each case is in
-[api.md](api.md#while-the-database-cannot-be-reached).
+recorded 5.6 to 6.5 s after the crash (the cluster is back 4 s after it). What an
+agent sees in each case is in [api.md](api.md#while-the-database-cannot-be-reached).
 """)
 
 
