@@ -8,10 +8,6 @@ from approvals.api import api
 from approvals.login import LoginView, ThrottledAdminAuthenticationForm
 from approvals.views import ops
 
-# A database outage is a styled 503 page, anything else Django's 500
-# (approvals/views/unavailable.py).
-handler500 = "approvals.views.unavailable.server_error"
-
 # The admin's sign-in is throttled like the reviewers' (approvals/login.py).
 admin.site.login_form = ThrottledAdminAuthenticationForm
 
@@ -36,5 +32,8 @@ urlpatterns = [
 ]
 
 # Who is signed in and what they lack, with a way to sign out (approvals/views/errors.py);
-# 404 and 500 are Django's own views with templates/404.html and templates/500.html.
+# 404 is Django's own view with templates/404.html.
 handler403 = "approvals.views.errors.permission_denied"
+# A database outage is the 503 page (templates/503.html), anything else Django's own 500
+# view with templates/500.html (approvals/views/unavailable.py).
+handler500 = "approvals.views.unavailable.server_error"
