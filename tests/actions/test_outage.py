@@ -16,6 +16,14 @@ from actions.lib.outage import Monitor, OneLineRefusals, OutageLogFilter, databa
 from demo.processes import free_port
 
 
+@pytest.fixture(autouse=True)
+def _own_outage_monitor(monkeypatch):
+    """An outage this test logs is its own: the process's monitor is left alone."""
+    from actions.lib import outage
+
+    monkeypatch.setattr(outage, "monitor", outage.Monitor(probe=lambda: True))
+
+
 def _wrapped(driver_error: Exception) -> OperationalError:
     error = OperationalError(str(driver_error))
     error.__cause__ = driver_error

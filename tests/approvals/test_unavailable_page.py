@@ -15,6 +15,14 @@ from django.db import IntegrityError, OperationalError
 from django.test import Client
 
 
+@pytest.fixture(autouse=True)
+def _own_outage_monitor(monkeypatch):
+    """An outage this test logs is its own: the process's monitor is left alone."""
+    from actions.lib import outage
+
+    monkeypatch.setattr(outage, "monitor", outage.Monitor(probe=lambda: True))
+
+
 def _failing_session(monkeypatch, error: Exception) -> None:
     def load(self):
         raise error

@@ -18,6 +18,14 @@ from approvals.models import Attempt, Plan, PlanStatus
 from executors import services, sweeper
 
 
+@pytest.fixture(autouse=True)
+def _own_outage_monitor(monkeypatch):
+    """An outage this test logs is its own: the process's monitor is left alone."""
+    from actions.lib import outage
+
+    monkeypatch.setattr(outage, "monitor", outage.Monitor(probe=lambda: True))
+
+
 def _outage() -> OperationalError:
     error = OperationalError("server closed the connection unexpectedly")
     error.__cause__ = psycopg.OperationalError("server closed the connection unexpectedly")

@@ -24,6 +24,14 @@ PLAN_ID = "6f9619ff-8b86-d011-b42d-00cf4fc964ff"
 EMAIL_ARGS = {"contact_id": "c-1001", "email": "ada@new.example", "reason": "customer asked"}
 
 
+@pytest.fixture(autouse=True)
+def _own_outage_monitor(monkeypatch):
+    """An outage this test logs is its own: the process's monitor is left alone."""
+    from actions.lib import outage
+
+    monkeypatch.setattr(outage, "monitor", outage.Monitor(probe=lambda: True))
+
+
 @pytest.fixture
 def database_goes_away(monkeypatch):
     real = protocol.agent_authenticate
