@@ -34,6 +34,13 @@ KNOWN: dict[int, tuple[str, str, str]] = {
         "Something went wrong on our side",
         "quote the correlation id to an administrator",
     ),
+    # The pages' answer to a database outage met outside the API's handler
+    # (approvals/views/unavailable.py): the API's own problem for it.
+    503: (
+        "database-unavailable",
+        "The service is temporarily unavailable",
+        "its database cannot be reached; try again as Retry-After says",
+    ),
 }
 
 
