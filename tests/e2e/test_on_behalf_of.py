@@ -200,3 +200,36 @@ def test_over_mcp_the_token_goes_in_the_calls_meta(sso, ada, agent_token, upstre
     assert "the ID token has expired" in refused.structured_content["detail"]
     assert "No plan was created." in refused.content[0].text
     assert plans_made() == before + 1
+
+
+def test_over_mcp_http_the_header_works_too_and_two_different_tokens_are_refused(
+    sso, ada, agent_token, upstream
+):
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    _, token = ada
+    expired = sso["token_endpoint"].resign(token, "expired")
+
+    async def main():
+        headers = {"Authorization": f"Bearer {agent_token}", HEADER: token}
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60)) as http:
+            transport = streamable_http_client(sso["url"] + "/mcp", http_client=http)
+            async with Client(transport, read_timeout_seconds=60) as client:
+                arguments = {"contact_id": "c-1001", "email": "hdr@asked.example"}
+                by_header = await client.call_tool("update_contact_email", arguments)
+                both = await client.call_tool(
+                    "update_contact_email",
+                    {**arguments, "email": "both@asked.example"},
+                    meta={"countersign/on-behalf-of": expired},
+                )
+                return by_header, both
+
+    before = plans_made()
+    by_header, both = anyio.run(main)
+    assert not by_header.is_error, by_header.content
+    assert by_header.structured_content["requester"]["sub"] == PERSON
+    assert both.is_error
+    assert "two different ID tokens were sent" in both.structured_content["detail"]
+    assert plans_made() == before + 1
