@@ -16,7 +16,8 @@ and issue time within the leeway, a subject. There is no nonce: the token was is
 to a sign-in at the agent's side, not ours. The keys are read with a bounded GET and
 kept DISCOVERY_FRESH_SECONDS; a ``kid`` not among them reads them again at once, at
 most every JWKS_REFETCH_SECONDS, so a rotated key works without a restart and a flood
-of made-up ``kid`` values cannot make us hammer the provider.
+of made-up ``kid`` values cannot make us hammer the provider (nor a provider that is
+down hold up every request: the keys read last count meanwhile).
 
 The person is kept on the plan (``Plan.requester``: iss, sub, groups, name, e-mail) and
 the first three in its fingerprint. A plan without a token is the agent's alone.
@@ -96,7 +97,8 @@ class Requester:
 @dataclass
 class _Keys:
     keys: list[dict]
-    read_at: float  # time.monotonic(); 0 when never read
+    read_at: float = 0.0  # time.monotonic() of the last read that worked; 0: never
+    tried_at: float = 0.0  # of the last attempt, whether it worked or not
 
 
 _keys: dict[str, _Keys] = {}
@@ -161,23 +163,26 @@ def signing_key(token: str) -> jwt.PyJWK:
         raise _refused("the ID token is not valid") from None
     url = settings.OIDC_OP_JWKS_ENDPOINT
     with _keys_lock:
-        cached = _keys.get(url) or _Keys(keys=[], read_at=0.0)
+        cached = _keys.setdefault(url, _Keys(keys=[]))
         now = time.monotonic()
-        age = now - cached.read_at if cached.read_at else None
-        found = _matching(cached.keys, header) if age is not None else None
-        stale = age is None or age > JWKS_FRESH_SECONDS
-        if stale or (found is None and age > JWKS_REFETCH_SECONDS):
+        found = _matching(cached.keys, header)
+        stale = not cached.read_at or now - cached.read_at > JWKS_FRESH_SECONDS
+        # At most one attempt every JWKS_REFETCH_SECONDS, whatever the tokens say (a
+        # provider that is down is not waited for by every request either); meanwhile
+        # the keys read last still count.
+        may_try = not cached.tried_at or now - cached.tried_at > JWKS_REFETCH_SECONDS
+        if (stale or found is None) and may_try:
+            cached.tried_at = now
             try:
-                cached = _Keys(keys=_read_jwks(url), read_at=now)
-                _keys[url] = cached
+                cached.keys, cached.read_at = _read_jwks(url), now
             except (requests.RequestException, ValueError) as exc:
                 why = str(exc) if type(exc) is ValueError else type(exc).__name__
                 logger.warning("the identity provider's keys could not be read: %s", why)
-                if not cached.keys:
-                    raise OnBehalfOfRefused(
-                        "the identity provider's keys cannot be read now; no plan was made"
-                    ) from None
             found = _matching(cached.keys, header)
+        if not cached.read_at:
+            raise OnBehalfOfRefused(
+                "the identity provider's keys cannot be read now; no plan was made"
+            )
     if found is None:
         raise _refused("the ID token is signed with a key the identity provider does not publish")
     try:

@@ -126,6 +126,23 @@ def test_made_up_key_ids_do_not_make_us_read_the_keys_each_time(jwks):
     assert jwks.requests == 1
 
 
+def test_while_the_keys_cannot_be_read_again_the_last_ones_count(jwks, monkeypatch):
+    key, public = rsa_key("k1")
+    jwks.keys = [public]
+    requester_from_token(jwks.token(key, "k1"))
+    jwks.status = 500
+    monkeypatch.setattr(requester, "JWKS_FRESH_SECONDS", 0.0)  # stale at once
+    monkeypatch.setattr(requester, "JWKS_REFETCH_SECONDS", 0.0)
+    time.sleep(0.01)
+    assert requester_from_token(jwks.token(key, "k1")).subject == "ada-123"
+    assert jwks.requests == 2
+    # One attempt per JWKS_REFETCH_SECONDS, not one per request.
+    monkeypatch.setattr(requester, "JWKS_REFETCH_SECONDS", 10.0)
+    for _ in range(3):
+        requester_from_token(jwks.token(key, "k1"))
+    assert jwks.requests == 2
+
+
 @pytest.mark.parametrize("what", ["too large", "not json", "status 500"])
 def test_keys_that_cannot_be_read_refuse_the_token(jwks, what):
     key, public = rsa_key("k1")
