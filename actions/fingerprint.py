@@ -26,8 +26,12 @@ def fingerprint_document(
     precondition: dict[str, Any],
     policy: dict[str, Any],
     write_request: dict[str, Any],
+    requester: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
+    """``requester``: the person the agent acts for (``requester_part``), or None. A plan
+    proposed by the agent alone has no ``requester`` key at all, so its document is the
+    one every plan had before on-behalf-of existed, and stored fingerprints still match."""
+    document = {
         "fingerprint_version": FINGERPRINT_VERSION,
         "action": {"name": action_name, "version": action_version, "digest": action_digest},
         "agent": agent_id,
@@ -37,6 +41,21 @@ def fingerprint_document(
         "precondition": precondition,
         "policy": policy,
         "write": write_request,
+    }
+    if requester is not None:
+        document["requester"] = requester
+    return document
+
+
+def requester_part(requester: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What of a plan's requester is fingerprinted: who they are at which provider, and
+    their groups (sorted); not their display name or e-mail, which may change."""
+    if not requester:
+        return None
+    return {
+        "iss": requester["iss"],
+        "sub": requester["sub"],
+        "groups": sorted(requester.get("groups") or []),
     }
 
 
@@ -59,6 +78,7 @@ def plan_fingerprint_document(plan) -> dict[str, Any]:
         precondition=plan.precondition,
         policy=plan.policy,
         write_request=plan.write_request,
+        requester=requester_part(plan.requester),
     )
 
 

@@ -33,6 +33,8 @@ from actions.services import agent_authenticate
 
 from .models import Attempt, Plan, PlanStatus
 from .ratelimit import RateLimited, rate_limit_check
+from .requester import HEADER as ON_BEHALF_OF
+from .requester import requester_from_sources
 from .schemas import ActionOut, PlanCreate, PlanOut, Problem
 from .selectors import actions_for_agent, plan_for_agent
 from .services import Replay, plan_cancel, plan_submit
@@ -370,6 +372,13 @@ def approval_source(plan: Plan) -> dict[str, Any]:
     return {"approved_by": "reviewers" if approved else None, "grant_id": None}
 
 
+def requester_out(requester: dict | None) -> dict[str, Any] | None:
+    """The person the plan is for, as the agent sent them (issuer, subject, groups)."""
+    if not requester:
+        return None
+    return {k: requester[k] for k in ("iss", "sub", "groups")}
+
+
 def plan_out(plan: Plan) -> dict[str, Any]:
     request = plan.write_request
     outcome = None
@@ -415,6 +424,7 @@ def plan_out(plan: Plan) -> dict[str, Any]:
         },
         "approvals_required": plan.required_approvals,
         **approval_source(plan),
+        "requester": requester_out(plan.requester),
         "review_url": plan.review_url,
         # A reviewer previewed this plan again or edited it: follow the newer plan.
         "superseded_by": plan.superseded_by_id,
@@ -464,7 +474,19 @@ _PLAN_ERRORS = {
                     "Without a key, proposing the same plan again while it awaits a "
                     "decision also returns it (200, header Countersign-Repeat: true)."
                 ),
-            }
+            },
+            {
+                "name": ON_BEHALF_OF,
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string", "maxLength": 16384},
+                "description": (
+                    "The ID token (from the identity provider Countersign signs reviewers "
+                    "in with, audience its client id) of the person the agent acts for. "
+                    "Verified like a sign-in; the plan records that person, who cannot "
+                    "approve it. Refused with 403 on-behalf-of-refused, no plan made."
+                ),
+            },
         ]
     },
 )
@@ -480,12 +502,14 @@ def create_plan(request: HttpRequest, response: HttpResponse, payload: PlanCreat
             detail="Idempotency-Key must be 1 to 255 printable characters",
             errors=[{"pointer": "", "message": "invalid Idempotency-Key header"}],
         )
+    requester = requester_from_sources(request.headers.get(ON_BEHALF_OF))
     plan, replayed = plan_submit(
         agent=agent,
         action_name=payload.action,
         input=payload.input,
         reason=payload.reason or "",
         idempotency_key=key,
+        requester=requester,
     )
     # Rendered by ninja like GET /plans/{id}, so both endpoints show a plan identically.
     response["Location"] = f"/api/v1/plans/{plan.id}"

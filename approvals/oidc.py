@@ -256,6 +256,33 @@ def _library_reason(message: str) -> str:
     return "the ID token's signature is not valid"
 
 
+def id_token_claims_check(payload: dict) -> dict:
+    """The claim checks an ID token passes after its signature: our issuer, meant for
+    our client, an expiry and issue time within LEEWAY, a subject. Raises SignInRefused
+    with the reason; the sign-in and the on-behalf-of token (approvals/requester.py)
+    both use it."""
+    now = time.time()
+    client_id = settings.OIDC_RP_CLIENT_ID
+    if payload.get("iss") != settings.COUNTERSIGN_OIDC_ISSUER:
+        raise SignInRefused("the ID token was issued by another issuer")
+    audience = payload.get("aud")
+    audiences = [audience] if isinstance(audience, str) else audience
+    if not isinstance(audiences, list) or client_id not in audiences:
+        raise SignInRefused("the ID token is meant for another client")
+    if len(audiences) > 1 and payload.get("azp") != client_id:
+        raise SignInRefused("the ID token is meant for another client")
+    exp, iat = payload.get("exp"), payload.get("iat")
+    if not isinstance(exp, int | float) or not isinstance(iat, int | float):
+        raise SignInRefused("the ID token has no expiry or issue time")
+    if exp < now - LEEWAY:
+        raise SignInRefused("the ID token has expired")
+    if iat > now + LEEWAY:
+        raise SignInRefused("the ID token was issued in the future")
+    if not isinstance(payload.get("sub"), str) or not payload["sub"]:
+        raise SignInRefused("the ID token names nobody")
+    return payload
+
+
 class ReviewerOIDCBackend(OIDCAuthenticationBackend):
     def verify_token(self, token, **kwargs):
         try:
@@ -266,26 +293,7 @@ class ReviewerOIDCBackend(OIDCAuthenticationBackend):
             raise SignInRefused("the ID token is not valid") from None
         except SuspiciousOperation as exc:
             raise SignInRefused(_library_reason(str(exc))) from None
-        now = time.time()
-        client_id = settings.OIDC_RP_CLIENT_ID
-        if payload.get("iss") != settings.COUNTERSIGN_OIDC_ISSUER:
-            raise SignInRefused("the ID token was issued by another issuer")
-        audience = payload.get("aud")
-        audiences = [audience] if isinstance(audience, str) else audience
-        if not isinstance(audiences, list) or client_id not in audiences:
-            raise SignInRefused("the ID token is meant for another client")
-        if len(audiences) > 1 and payload.get("azp") != client_id:
-            raise SignInRefused("the ID token is meant for another client")
-        exp, iat = payload.get("exp"), payload.get("iat")
-        if not isinstance(exp, int | float) or not isinstance(iat, int | float):
-            raise SignInRefused("the ID token has no expiry or issue time")
-        if exp < now - LEEWAY:
-            raise SignInRefused("the ID token has expired")
-        if iat > now + LEEWAY:
-            raise SignInRefused("the ID token was issued in the future")
-        if not isinstance(payload.get("sub"), str) or not payload["sub"]:
-            raise SignInRefused("the ID token names nobody")
-        return payload
+        return id_token_claims_check(payload)
 
     def get_token(self, payload):
         try:

@@ -44,6 +44,7 @@ PAGE_ERROR_MESSAGES = [
     gettext_noop("the fingerprint you saw does not match this plan; reload and review again"),
     gettext_noop("the action changed since this preview; the agent must propose again"),
     gettext_noop("you registered this agent: another reviewer must approve its irreversible plans"),
+    gettext_noop("this plan was proposed on your behalf: another reviewer must approve it"),
     gettext_noop("this plan was already previewed again"),
     gettext_noop("nothing was changed"),
     gettext_noop("approve or deny"),

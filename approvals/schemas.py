@@ -151,6 +151,12 @@ class OutcomeOut(Schema):
     )
 
 
+class RequesterOut(Schema):
+    iss: str
+    sub: str
+    groups: list[str]
+
+
 class PlanOut(Schema):
     id: UUID
     action: str
@@ -171,6 +177,11 @@ class PlanOut(Schema):
     )
     grant_id: UUID | None = Field(
         default=None, description="The session grant that approved the plan, if one did."
+    )
+    requester: RequesterOut | None = Field(
+        default=None,
+        description="The person the agent proposed the plan for (the ID token sent in "
+        "Countersign-On-Behalf-Of), or null: the agent alone.",
     )
     review_url: str
     created_at: datetime

@@ -23,7 +23,12 @@ from jsonschema.exceptions import ValidationError as SchemaValidationError
 from actions.cache import cached, fresh
 from actions.cache import snapshot as catalog_snapshot
 from actions.clients import read_client
-from actions.fingerprint import fingerprint, fingerprint_document, plan_fingerprint_matches
+from actions.fingerprint import (
+    fingerprint,
+    fingerprint_document,
+    plan_fingerprint_matches,
+    requester_part,
+)
 from actions.lib import dispatch, logcontext
 from actions.lib.actors import SYSTEM, agent_actor, user_actor
 from actions.lib.audit import audit_record
@@ -61,6 +66,7 @@ from .passkeys import (
     plan_needs_signature,
 )
 from .permissions import can_review
+from .requester import REQUESTER_REFUSAL, Requester, RequesterMayNotApprove, is_requester
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +262,7 @@ def plan_submit(
     reason: str = "",
     idempotency_key: str | None = None,
     use_grants: bool = True,
+    requester: Requester | dict | None = None,
 ) -> tuple[Plan, Replay | None]:
     """Validate, preview (read-only) and store a plan. Returns (plan, replayed): how an
     earlier plan was given back instead of a new one, or None for a new plan.
@@ -270,6 +277,10 @@ def plan_submit(
     grant covers the plan (approvals.grants), the fingerprinted policy names the grant
     and the plan is approved by it in the same transaction; otherwise it awaits a
     person, and the reviewer groups are notified once it is committed.
+
+    ``requester``: the person the agent acts for (approvals/requester.py, already
+    verified), stored on the plan and fingerprinted; None for the agent alone. A grant
+    that person made does not approve it.
 
     The plan's correlation id is chosen first, so every log line of the submission
     (its preview read included) carries the id the plan is then stored with.
@@ -287,6 +298,7 @@ def plan_submit(
             idempotency_key=idempotency_key,
             use_grants=use_grants,
             correlation_id=correlation_id,
+            requester=requester.stored() if isinstance(requester, Requester) else requester,
         )
         result = "created" if replayed is None else str(replayed)
         if replayed is not None:
@@ -309,6 +321,7 @@ def _plan_submit(
     idempotency_key: str | None,
     use_grants: bool,
     correlation_id: uuid.UUID,
+    requester: dict | None = None,
 ) -> tuple[Plan, Replay | None]:
     with catalog_snapshot():
         action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
@@ -323,7 +336,11 @@ def _plan_submit(
         )
     reservation = None
     if idempotency_key:
-        request_hash = digest({"action": action_name, "input": values, "reason": reason})
+        request = {"action": action_name, "input": values, "reason": reason}
+        if requester:
+            # The same key for another person is another request (refused as reused).
+            request["requester"] = requester_part(requester)
+        request_hash = digest(request)
         reserved = _reserve_idempotency_key(agent, idempotency_key, request_hash)
         if isinstance(reserved, Plan):
             return reserved, Replay.IDEMPOTENCY_KEY
@@ -357,7 +374,12 @@ def _plan_submit(
                 if use_grants
                 else None
             )
-            if grant is not None and spec.approval.mode == "per_call":
+            if (
+                grant is not None
+                and spec.approval.mode == "per_call"
+                # The floor: nobody approves a plan they requested, by a grant neither.
+                and not is_requester(requester, grant.created_by)
+            ):
                 # In the fingerprinted document: an approval by this grant can never be
                 # spent on a plan that was not proposed under it.
                 policy = {**policy, "mode": "session_grant", "grant": str(grant.id)}
@@ -374,6 +396,7 @@ def _plan_submit(
                 precondition=preview.precondition,
                 policy=policy,
                 write_request=preview.write_request,
+                requester=requester_part(requester),
             )
             try:
                 canonical_text, hexdigest = fingerprint(document)
@@ -409,6 +432,7 @@ def _plan_submit(
                 approvals_required=spec.approval.approvers,
                 expires_at=now + timedelta(seconds=action.spec.approval.plan_ttl),
                 correlation_id=correlation_id,
+                requester=requester,
             )
             logcontext.bind_plan(plan)
             log.info("plan %s proposed: %s (%s)", plan.id, action.name, action.consequence_class)
@@ -427,6 +451,11 @@ def _plan_submit(
                     "target": preview.target["path"],
                     "idempotency_key": bool(idempotency_key),
                     "kind": action.kind,
+                    **(
+                        {"on_behalf_of": {"iss": requester["iss"], "sub": requester["sub"]}}
+                        if requester
+                        else {}
+                    ),
                 },
             )
             if reservation is not None:
@@ -681,6 +710,14 @@ def approval_record(
             )
         elif plan.approvals.filter(reviewer=reviewer).exists():
             raise AlreadyDecided("you have already decided on this plan")
+        elif decision == Approval.Decision.APPROVE and is_requester(plan.requester, reviewer):
+            audit_record(
+                kind="approval.requester_refused",
+                actor=user_actor(reviewer),
+                plan=plan,
+                data={"reason": "the reviewer is the person the plan was requested for"},
+            )
+            failure = RequesterMayNotApprove(REQUESTER_REFUSAL)
         elif decision == Approval.Decision.APPROVE and _creator_would_approve_alone(plan, reviewer):
             audit_record(
                 kind="approval.separation_of_duties",
@@ -870,6 +907,8 @@ def _plan_revise(*, original: Plan, reviewer, input: dict[str, Any], why: str) -
         reason=original.reason,
         # A reviewer is looking at this plan: it goes to a person, not to a grant.
         use_grants=False,
+        # Still for the same person (and so never theirs to approve).
+        requester=original.requester,
     )
     if replayed is not None:
         # The agent already proposed exactly this and it awaits a decision: that plan is

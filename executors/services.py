@@ -65,6 +65,7 @@ from approvals.lifecycle import (
 )
 from approvals.models import Attempt, Plan, PlanStatus
 from approvals.passkeys import plan_signature_problem
+from approvals.requester import requester_approval_problem
 
 from .outcomes import classify, refused_in_body, retry_after_seconds
 from .reconciliation import FIRST_FOLLOW_SECONDS, RECONCILE_DELAYS, due, read_back, wake_look
@@ -157,6 +158,10 @@ def _refusal_reason(plan: Plan, now) -> str | None:
     # Signed approvals are verified again here, from the stored assertions and the
     # registered public keys: a row written straight into the database fails.
     problem = plan_signature_problem(plan)
+    if problem:
+        return problem
+    # The floor, again: no approval by the person the plan was requested for counts.
+    problem = requester_approval_problem(plan)
     if problem:
         return problem
     if plan.policy.get("mode") == "session_grant":

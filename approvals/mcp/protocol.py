@@ -59,6 +59,9 @@ from ..api import (
 )
 from ..models import Plan, PlanStatus
 from ..ratelimit import rate_limit_check
+from ..requester import HEADER as ON_BEHALF_OF_HEADER
+from ..requester import MCP_META_KEY as ON_BEHALF_OF_META
+from ..requester import requester_from_sources
 from ..schemas import PlanCreate, PlanOut, Problem
 from ..selectors import actions_for_agent, plan_for_agent
 from ..services import plan_cancel, plan_submit
@@ -401,10 +404,15 @@ def list_tools_for(token: str | None, how: str) -> list[types.Tool]:
 
 
 def propose(
-    token: str | None, how: str, name: str, arguments: dict[str, Any]
+    token: str | None,
+    how: str,
+    name: str,
+    arguments: dict[str, Any],
+    on_behalf_of: tuple[Any, ...] = (),
 ) -> tuple[types.CallToolResult, Plan | None]:
     """Call the JSON API's ``plan_submit`` with the tool arguments split into input,
     reason and idempotency key; refusals come back as the API's problem documents.
+    ``on_behalf_of``: the person's ID token wherever the client put it (``_on_behalf_of``).
     Returns the result and the plan it shows (None for a refusal)."""
     agent = _authenticate(token, how=how)
     action = Action.objects.filter(name=name, enabled=True).first()
@@ -438,8 +446,14 @@ def propose(
                     }
                 ],
             )
+        requester = requester_from_sources(*on_behalf_of)
         plan, _ = plan_submit(
-            agent=agent, action_name=name, input=values, reason=reason or "", idempotency_key=key
+            agent=agent,
+            action_name=name,
+            input=values,
+            reason=reason or "",
+            idempotency_key=key,
+            requester=requester,
         )
     except CountersignError as exc:
         if exc.type in ("unknown-action", "not-allowed"):
@@ -532,6 +546,18 @@ TokenSource = Callable[[ServerRequestContext[Any, Any]], str | None]
 def _token_from_request(ctx: ServerRequestContext[Any, Any]) -> str | None:
     request = ctx.request
     return bearer_token(request.headers.get("authorization")) if request is not None else None
+
+
+def _on_behalf_of(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> tuple[Any, ...]:
+    """The person's ID token as the client sent it: in the call's ``_meta`` (which the
+    client sets and the model neither sees nor writes, unlike the tool arguments), and on
+    the HTTP endpoint also in the Countersign-On-Behalf-Of header."""
+    meta = params.meta or {}
+    request = ctx.request
+    header = request.headers.get(ON_BEHALF_OF_HEADER) if request is not None else None
+    return (meta.get(ON_BEHALF_OF_META), header)
 
 
 def _plan_status(plan_id: uuid.UUID) -> str | None:
@@ -641,7 +667,9 @@ def build_server(
                 return await call(cancel, ctx, arguments)
             if params.request_state is not None:
                 return await _resume(ctx, params)
-            result, plan = await call(propose, ctx, params.name, arguments)
+            result, plan = await call(
+                propose, ctx, params.name, arguments, _on_behalf_of(ctx, params)
+            )
             if plan is None:
                 return result
             return await _after_proposal(ctx, plan, result)

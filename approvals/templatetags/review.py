@@ -9,7 +9,11 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from django.utils.translation import gettext, pgettext
 
+from ..requester import requester_label
+
 register = template.Library()
+
+register.filter("requester_label", requester_label)
 
 JUST_NOW = timedelta(minutes=1)
 

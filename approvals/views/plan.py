@@ -37,6 +37,7 @@ from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshnes
 from ..models import Passkey, Plan, PlanStatus
 from ..pages import page_error, plan_page
 from ..passkeys import plan_needs_signature
+from ..requester import RequesterMayNotApprove, is_requester, requester_label
 from ..review import (
     TYPED_CONFIRMATION_CLASSES,
     action_texts,
@@ -216,6 +217,8 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "approved_by": approved_by,
         "approvals_missing": max(0, plan.required_approvals - len(approved_by)),
         "already_decided": any(a.reviewer_id == request.user.id for a in approvals),
+        "requester_label": requester_label(plan.requester),
+        "you_requested": is_requester(plan.requester, request.user),
         "decidable": decidable,
         "expired": expired,
         "superseded_by": superseded_by,
@@ -386,16 +389,23 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
                     }
                 ]
             )
-    approval_record(
-        plan_id=plan_id,
-        reviewer=request.user,
-        decision=decision,
-        fingerprint_seen=request.POST.get("fingerprint", ""),
-        comment=request.POST.get("comment", ""),
-        # Present when the page's script signed the approval with a passkey.
-        assertion=_assertion(request.POST.get("assertion", "")),
-        nonce=request.POST.get("nonce", "")[:100],
-    )
+    try:
+        approval_record(
+            plan_id=plan_id,
+            reviewer=request.user,
+            decision=decision,
+            fingerprint_seen=request.POST.get("fingerprint", ""),
+            comment=request.POST.get("comment", ""),
+            # Present when the page's script signed the approval with a passkey.
+            assertion=_assertion(request.POST.get("assertion", "")),
+            nonce=request.POST.get("nonce", "")[:100],
+        )
+    except RequesterMayNotApprove as exc:
+        # The floor (approvals/requester.py): the plan's page again, saying why, as 403.
+        messages.error(request, page_error(exc))
+        response = plan_detail.__wrapped__(request, plan_id=plan_id)  # past require_GET
+        response.status_code = 403
+        return response
     messages.success(
         request, gettext("Denied.") if decision == "deny" else gettext("Approval recorded.")
     )

@@ -151,6 +151,7 @@ def sso(live, sso_web, hostile_token_endpoint, oidc_provider):
     """The SSO web server for one test; the token endpoint back to relaying."""
     hostile_token_endpoint.mode = "relay"
     hostile_token_endpoint.issued.clear()
+    hostile_token_endpoint.tokens.clear()
     yield {"url": sso_web, "token_endpoint": hostile_token_endpoint, "issuer": oidc_provider.issuer}
     hostile_token_endpoint.mode = "relay"
 

@@ -24,7 +24,12 @@ const scopes = (process.env.OIDC_SCOPES || 'openid email profile groups').split(
 const groupsScope = scopes.includes('groups');
 
 // login -> groups; anyone else signs in with no groups at all.
-const GROUPS = { 'rita-sso': ['reviewers', 'staff'], 'ray-sso': ['reviewers'], 'olga-sso': ['staff'] };
+const GROUPS = {
+  'rita-sso': ['reviewers', 'staff'],
+  'ray-sso': ['reviewers'],
+  'olga-sso': ['staff'],
+  'ada-sso': ['reviewers', 'billing'],
+};
 
 const profile = ['preferred_username', 'given_name', 'family_name'];
 const provider = new Provider(issuer, {
@@ -45,6 +50,10 @@ const provider = new Provider(issuer, {
     ...(groupsScope ? { profile, groups: ['groups'] } : { profile: [...profile, 'groups'] }),
   },
   scopes,
+  // The claims of the scopes granted go into the ID token too, not only the userinfo
+  // answer (as many hosted providers do it): an agent that sends a person's ID token on
+  // their behalf (Countersign-On-Behalf-Of) carries their name, e-mail and groups.
+  conformIdTokenClaims: false,
   pkce: { required: () => true },
   features: { devInteractions: { enabled: true }, rpInitiatedLogout: { enabled: true } },
   async findAccount(ctx, id) {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -111,6 +112,7 @@ class HostileTokenEndpoint:
     mode: str = "relay"
     url: str = ""
     issued: list[dict] = field(default_factory=list)  # the claims of every ID token sent
+    tokens: list[str] = field(default_factory=list)  # the provider's own ID tokens relayed
 
     def __post_init__(self) -> None:
         self._key, self._public = _rsa_jwk("hostile-but-published")
@@ -153,6 +155,7 @@ class HostileTokenEndpoint:
                         endpoint.issued.append(
                             jwt.decode(tokens["id_token"], options={"verify_signature": False})
                         )
+                        endpoint.tokens.append(tokens["id_token"])
                     return self._send(answer.status_code, answer.content, "application/json")
                 tokens = answer.json()
                 tokens["id_token"] = endpoint.forge(tokens["id_token"])
@@ -182,6 +185,40 @@ class HostileTokenEndpoint:
         self.issued.append(claims)
         return jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
 
+    def resign(self, id_token: str, mode: str) -> str:
+        """The provider's ID token with one claim changed as ``mode`` says (see forge)."""
+        previous, self.mode = self.mode, mode
+        try:
+            return self.forge(id_token)
+        finally:
+            self.mode = previous
+
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def sign_in_without_a_browser(http: httpx.Client, start_url: str, login: str) -> httpx.Response:
+    """A person signs in through the provider's development pages with ``http`` (its
+    cookies kept): from ``start_url`` (Countersign's /accounts/oidc/start/) to the
+    provider, its login and consent forms, and back to Countersign's callback, whose
+    answer is returned (a redirect to the queue when the sign-in succeeded)."""
+    url = start_url
+    for _ in range(12):
+        response = http.get(url, follow_redirects=False)
+        if response.status_code in (302, 303):
+            url = str(response.url.join(response.headers["location"]))
+            if "/accounts/oidc/callback/" in url:
+                return http.get(url, follow_redirects=False)
+            continue
+        assert response.status_code == 200, response.text
+        action = re.search(r'<form[^>]*action="([^"]+)"', response.text).group(1)
+        fields = dict(re.findall(r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', response.text))
+        if re.search(r'<input[^>]*name="login"', response.text):
+            fields |= {"login": login, "password": "any password"}
+        answer = http.post(str(response.url.join(action)), data=fields, follow_redirects=False)
+        assert answer.status_code in (302, 303), answer.text
+        url = str(answer.url.join(answer.headers["location"]))
+        if "/accounts/oidc/callback/" in url:
+            return http.get(url, follow_redirects=False)
+    raise AssertionError(f"the sign-in did not come back to Countersign (last: {url})")

@@ -1,0 +1,177 @@
+"""The provider's keys for on-behalf-of tokens (approvals/requester.py), from a real JWKS
+served over HTTP on 127.0.0.1: read once and kept, read again at once for a key id not
+among them (a rotation), but not more often than JWKS_REFETCH_SECONDS for made-up ones;
+a JWKS that is too large or unreadable refuses the token, never accepts it. (Tokens
+from the real OpenID provider: tests/e2e/test_on_behalf_of.py.)"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from django.test import override_settings
+from jwt.algorithms import RSAAlgorithm
+
+from approvals import requester
+from approvals.requester import OnBehalfOfRefused, requester_from_token
+
+CLIENT_ID = "countersign-test"
+
+
+def rsa_key(kid: str):
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+    return key, {**public, "kid": kid, "alg": "RS256", "use": "sig"}
+
+
+class Jwks:
+    def __init__(self) -> None:
+        self.keys: list[dict] = []
+        self.body: bytes | None = None
+        self.status = 200
+        self.requests = 0
+        jwks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                jwks.requests += 1
+                body = jwks.body or json.dumps({"keys": jwks.keys}).encode()
+                self.send_response(jwks.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def token(self, key, kid: str, **claims) -> str:
+        now = int(time.time())
+        body = {
+            "iss": self.issuer,
+            "aud": CLIENT_ID,
+            "sub": "ada-123",
+            "iat": now,
+            "exp": now + 600,
+            "groups": ["billing"],
+            "name": "Ada Lovelace",
+            "email": "ada@example.test",
+            **claims,
+        }
+        body = {k: v for k, v in body.items() if v is not None}  # None: left out
+        return jwt.encode(body, key, algorithm="RS256", headers={"kid": kid})
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def jwks(db):
+    served = Jwks()
+    requester.forget_keys()
+    with override_settings(
+        COUNTERSIGN_OIDC=True,
+        COUNTERSIGN_OIDC_ISSUER=served.issuer,
+        OIDC_RP_CLIENT_ID=CLIENT_ID,
+        OIDC_OP_JWKS_ENDPOINT=f"{served.issuer}/jwks",
+        OIDC_OP_TOKEN_ENDPOINT=f"{served.issuer}/token",
+        OIDC_OP_USER_ENDPOINT=f"{served.issuer}/me",
+        OIDC_RP_SIGN_ALGO="RS256",
+        OIDC_TIMEOUT=2.0,
+    ):
+        yield served
+    requester.forget_keys()
+    served.stop()
+
+
+def test_the_keys_are_read_once_and_kept(jwks):
+    key, public = rsa_key("k1")
+    jwks.keys = [public]
+    for _ in range(3):
+        person = requester_from_token(jwks.token(key, "k1"))
+    assert (person.issuer, person.subject, person.groups) == (jwks.issuer, "ada-123", ("billing",))
+    assert (person.name, person.email) == ("Ada Lovelace", "ada@example.test")
+    assert jwks.requests == 1
+
+
+def test_a_rotated_key_is_found_by_reading_the_keys_again(jwks, monkeypatch):
+    old, old_public = rsa_key("old")
+    new, new_public = rsa_key("new")
+    jwks.keys = [old_public]
+    requester_from_token(jwks.token(old, "old"))
+    jwks.keys = [old_public, new_public]
+    monkeypatch.setattr(requester, "JWKS_REFETCH_SECONDS", 0.0)
+    time.sleep(0.01)
+    assert requester_from_token(jwks.token(new, "new")).subject == "ada-123"
+    assert jwks.requests == 2
+
+
+def test_made_up_key_ids_do_not_make_us_read_the_keys_each_time(jwks):
+    key, public = rsa_key("k1")
+    jwks.keys = [public]
+    requester_from_token(jwks.token(key, "k1"))
+    for n in range(5):
+        with pytest.raises(OnBehalfOfRefused, match="does not publish"):
+            requester_from_token(jwks.token(key, f"made-up-{n}"))
+    assert jwks.requests == 1
+
+
+def test_while_the_keys_cannot_be_read_again_the_last_ones_count(jwks, monkeypatch):
+    key, public = rsa_key("k1")
+    jwks.keys = [public]
+    requester_from_token(jwks.token(key, "k1"))
+    jwks.status = 500
+    monkeypatch.setattr(requester, "JWKS_FRESH_SECONDS", 0.0)  # stale at once
+    monkeypatch.setattr(requester, "JWKS_REFETCH_SECONDS", 0.0)
+    time.sleep(0.01)
+    assert requester_from_token(jwks.token(key, "k1")).subject == "ada-123"
+    assert jwks.requests == 2
+    # One attempt per JWKS_REFETCH_SECONDS, not one per request.
+    monkeypatch.setattr(requester, "JWKS_REFETCH_SECONDS", 10.0)
+    for _ in range(3):
+        requester_from_token(jwks.token(key, "k1"))
+    assert jwks.requests == 2
+
+
+@pytest.mark.parametrize("what", ["too large", "not json", "status 500"])
+def test_keys_that_cannot_be_read_refuse_the_token(jwks, what):
+    key, public = rsa_key("k1")
+    if what == "too large":
+        jwks.body = b'{"keys": [' + b" " * (requester.JWKS_MAX_BYTES + 1) + b"]}"
+    elif what == "not json":
+        jwks.body = b"<html>"
+    else:
+        jwks.status = 500
+    with pytest.raises(OnBehalfOfRefused, match="keys cannot be read now"):
+        requester_from_token(jwks.token(key, "k1"))
+
+
+def test_a_token_without_an_expiry_or_with_none_as_algorithm_is_refused(jwks):
+    key, public = rsa_key("k1")
+    jwks.keys = [public]
+    with pytest.raises(OnBehalfOfRefused, match="no expiry or issue time"):
+        requester_from_token(jwks.token(key, "k1", exp=None))
+    unsigned = jwt.encode(
+        {"iss": jwks.issuer, "aud": CLIENT_ID, "sub": "x", "iat": 1, "exp": 2**31},
+        None,
+        algorithm="none",
+        headers={"kid": "k1"},
+    )
+    with pytest.raises(OnBehalfOfRefused):
+        requester_from_token(unsigned)
+
+
+def test_without_single_sign_on_the_header_is_refused(db):
+    with override_settings(COUNTERSIGN_OIDC=False):
+        with pytest.raises(OnBehalfOfRefused, match="needs single sign-on"):
+            requester_from_token("eyJ.eyJ.sig")
