@@ -156,7 +156,8 @@ class ApprovalSpec:
     # "per_call", or "none": a plain observation read an admin lets run at once (still
     # recorded, rate-limited and fingerprinted; the loader allows it for nothing else).
     mode: str = "per_call"
-    # Approvals must be WebAuthn assertions over the plan's fingerprint (approvals/passkeys.py).
+    # Approvals must be WebAuthn assertions over the plan's fingerprint
+    # (approvals/identity/passkeys.py).
     signed: bool = False
 
 

@@ -6,8 +6,8 @@ from django.utils.translation import gettext_lazy as _
 
 from actions.lib.models import AuditEvent
 
+from .identity.passkeys import passkey_revoke
 from .models import NotificationTarget, OidcIdentity, Passkey, Plan, SessionGrant
-from .passkeys import passkey_revoke
 
 
 @admin.register(Plan)

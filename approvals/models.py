@@ -174,7 +174,7 @@ class Plan(models.Model):
     revision_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="revisions"
     )
-    # The person the agent proposed this for (approvals/requester.py): the issuer,
+    # The person the agent proposed this for (approvals/identity/requester.py): the issuer,
     # subject, groups, name and e-mail of the verified ID token the agent attached, or
     # null for a plan the agent proposed alone. Fingerprinted (iss, sub, groups).
     requester = models.JSONField(null=True, blank=True)
@@ -303,7 +303,7 @@ class Approval(models.Model):
     grant = models.ForeignKey(
         "SessionGrant", null=True, blank=True, on_delete=models.PROTECT, related_name="approvals"
     )
-    # A signed approval (approvals/passkeys.py): the passkey that signed, and the WebAuthn
+    # A signed approval (approvals/identity/passkeys.py): the passkey that signed, and the WebAuthn
     # assertion as the browser returned it (credential id, authenticator data, client
     # data, signature; base64url) with the server nonce the challenge was derived from.
     # Kept so that the worker and ``manage.py verify_signed_approvals`` can verify it
@@ -553,7 +553,7 @@ class Heartbeat(models.Model):
 
 
 class Passkey(models.Model):
-    """A reviewer's WebAuthn credential, used to sign approvals (approvals/passkeys.py).
+    """A reviewer's WebAuthn credential, used to sign approvals (approvals/identity/passkeys.py).
 
     Revoked, never deleted: approvals it signed stay verifiable, and a revoked passkey
     signs nothing more (the page refuses it, and the worker refuses an approval whose

@@ -56,17 +56,17 @@ from actions.spec import TemplateError
 
 from .freshness import plan_freshness
 from .grants import grant_approve, grant_match
-from .lifecycle import counted_on_commit, plan_expire, plan_transition
-from .models import Approval, IdempotencyRecord, Plan, PlanStatus
-from .notifications import notifications_wanted, notify_awaiting
-from .passkeys import (
+from .identity.passkeys import (
     SignatureRefused,
     approval_nonce_take,
     approval_signature_verify,
     plan_needs_signature,
 )
+from .identity.requester import REQUESTER_REFUSAL, Requester, RequesterMayNotApprove, is_requester
+from .lifecycle import counted_on_commit, plan_expire, plan_transition
+from .models import Approval, IdempotencyRecord, Plan, PlanStatus
+from .notifications import notifications_wanted, notify_awaiting
 from .permissions import can_review
-from .requester import REQUESTER_REFUSAL, Requester, RequesterMayNotApprove, is_requester
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ def plan_submit(
     and the plan is approved by it in the same transaction; otherwise it awaits a
     person, and the reviewer groups are notified once it is committed.
 
-    ``requester``: the person the agent acts for (approvals/requester.py, already
+    ``requester``: the person the agent acts for (approvals/identity/requester.py, already
     verified), stored on the plan and fingerprinted; None for the agent alone. A grant
     that person made does not approve it.
 
@@ -363,7 +363,7 @@ def _plan_submit(
             "session_grant_eligible": spec.approval.session_grant,
             # "none": a plain observation read an admin lets run without a decision.
             "mode": spec.approval.mode,
-            # Approvals must be passkey-signed (approvals/passkeys.py).
+            # Approvals must be passkey-signed (approvals/identity/passkeys.py).
             "signed_approval": spec.approval.signed,
         }
         now = timezone.now()

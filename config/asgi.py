@@ -29,7 +29,7 @@ from django.conf import settings  # noqa: E402  (configured by the line above)
 
 from actions.lib.problems import PROBLEM_CONTENT_TYPE, problem_body  # noqa: E402
 from actions.openapi import MAX_DOCUMENT_BYTES  # noqa: E402  (needs the apps loaded)
-from approvals.longpoll import LongPollGate, LoopSemaphore  # noqa: E402
+from approvals.api.longpoll import LongPollGate, LoopSemaphore  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -200,5 +200,5 @@ class Router:
                 return
 
 
-# Long-polls wait in front of Django, holding no thread (see approvals.longpoll).
+# Long-polls wait in front of Django, holding no thread (see approvals.api.longpoll).
 application = Router(LongPollGate(django_application), McpHttpApp())

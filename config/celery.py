@@ -120,7 +120,7 @@ class Heartbeat(bootsteps.StartStopStep):
 
     def start(self, worker) -> None:
         # As in _beat: the models (and so approvals) can only be imported once running.
-        from approvals.heartbeats import worker_heartbeat_name  # noqa: PLC0415
+        from approvals.ops.heartbeats import worker_heartbeat_name  # noqa: PLC0415
 
         self.name = worker_heartbeat_name(worker.hostname)
         self._beat(started=True)
@@ -135,7 +135,7 @@ class Heartbeat(bootsteps.StartStopStep):
             self.tref = None
         # A worker that stops cleanly says so at once: the readiness check and the
         # dashboard need not wait three periods to stop counting it.
-        from approvals.heartbeats import heartbeat_forget  # noqa: PLC0415 - as in _beat
+        from approvals.ops.heartbeats import heartbeat_forget  # noqa: PLC0415 - as in _beat
 
         try:
             heartbeat_forget(name=self.name)
@@ -152,11 +152,11 @@ class Heartbeat(bootsteps.StartStopStep):
             return  # a beat already due when the worker stopped must not bring it back
         # This module is imported with the settings (config/__init__.py), before
         # Django's apps are loaded: the models can only be imported once it runs.
-        from approvals.heartbeats import (  # noqa: PLC0415
+        from approvals.models import Heartbeat as Row  # noqa: PLC0415
+        from approvals.ops.heartbeats import (  # noqa: PLC0415
             heartbeat_record,
             heartbeat_started,
         )
-        from approvals.models import Heartbeat as Row  # noqa: PLC0415
 
         try:
             record = heartbeat_started if started else heartbeat_record

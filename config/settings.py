@@ -142,7 +142,7 @@ MIDDLEWARE = [
     # First: what a request's log lines are about starts empty (actions/lib/logcontext.py).
     "actions.lib.logcontext.RequestContextMiddleware",
     # Error pages under /api/ (an unknown path, a wrong method) as problem documents.
-    "approvals.apierrors.ApiProblemsMiddleware",
+    "approvals.api.errors.ApiProblemsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -265,7 +265,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "approvals:queue"
 LOGOUT_REDIRECT_URL = "login"
 
-# --- Single sign-on (OpenID Connect; approvals/oidc.py) --------------------------------
+# --- Single sign-on (OpenID Connect; approvals/identity/oidc.py) -----------------------
 # Configured when an issuer and a client id are set. The endpoints are the ones the
 # issuer's /.well-known/openid-configuration lists (reading it here would be network
 # I/O at import time; they are copied from it once instead). Authorization code flow with PKCE,
@@ -296,7 +296,7 @@ COUNTERSIGN_OIDC_END_SESSION_ENDPOINT = env_str("COUNTERSIGN_OIDC_END_SESSION_EN
 OIDC_RP_SIGN_ALGO = env_str("COUNTERSIGN_OIDC_SIGN_ALGO", "RS256")
 # Unset: openid email profile, and groups unless the provider's discovery document lists
 # scopes without it (a provider that offers no groups scope refuses a request for one);
-# set: exactly these (approvals/oidc.py, requested_scopes).
+# set: exactly these (approvals/identity/oidc.py, requested_scopes).
 COUNTERSIGN_OIDC_SCOPES = " ".join(env_str("COUNTERSIGN_OIDC_SCOPES").split())
 OIDC_RP_SCOPES = COUNTERSIGN_OIDC_SCOPES or "openid email profile"
 OIDC_USE_PKCE = True
@@ -306,7 +306,7 @@ OIDC_TOKEN_USE_BASIC_AUTH = env_bool("COUNTERSIGN_OIDC_TOKEN_BASIC_AUTH", True)
 OIDC_STORE_ID_TOKEN = True  # the hint RP-initiated logout sends back to the provider
 OIDC_TIMEOUT = env_float("COUNTERSIGN_OIDC_TIMEOUT", 5.0)
 OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
-OIDC_OP_LOGOUT_URL_METHOD = "approvals.oidc.provider_logout_url"
+OIDC_OP_LOGOUT_URL_METHOD = "approvals.identity.oidc.provider_logout_url"
 # The claim that lists a person's groups, and the values of it that make them a
 # reviewer (members of the reviewers group); anyone else signs in with no permission.
 COUNTERSIGN_OIDC_GROUPS_CLAIM = env_str("COUNTERSIGN_OIDC_GROUPS_CLAIM", "groups")
@@ -317,7 +317,7 @@ COUNTERSIGN_LOCAL_LOGIN = env_bool(
     "COUNTERSIGN_LOCAL_LOGIN", default=not (PRODUCTION and COUNTERSIGN_OIDC)
 )
 AUTHENTICATION_BACKENDS = [
-    *(["approvals.oidc.ReviewerOIDCBackend"] if COUNTERSIGN_OIDC else []),
+    *(["approvals.identity.oidc.ReviewerOIDCBackend"] if COUNTERSIGN_OIDC else []),
     *(["django.contrib.auth.backends.ModelBackend"] if COUNTERSIGN_LOCAL_LOGIN else []),
 ]
 if not AUTHENTICATION_BACKENDS:
@@ -326,7 +326,7 @@ if not AUTHENTICATION_BACKENDS:
         "COUNTERSIGN_OIDC_CLIENT_ID, or set COUNTERSIGN_LOCAL_LOGIN=1"
     )
 
-# --- Passkeys and signed approvals (WebAuthn; approvals/passkeys.py) -------------------
+# --- Passkeys and signed approvals (WebAuthn; approvals/identity/passkeys.py) ----------
 # The relying party is this site: its host name (an IP address cannot be one; browsers
 # refuse it, so embedded mode's 127.0.0.1 becomes localhost) and the origins reviewers
 # use. The worker checks stored assertions against these too: give it the same values.
@@ -369,7 +369,7 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = env_int("COUNTERSIGN_SESSION_SECONDS", 8 * 3600)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 # Failed sign-ins allowed per username and client address per window (see
-# approvals/login.py); counted in the cache below.
+# approvals/identity/login.py); counted in the cache below.
 COUNTERSIGN_LOGIN_FAILURES = env_int("COUNTERSIGN_LOGIN_FAILURES", 5)
 COUNTERSIGN_LOGIN_WINDOW_SECONDS = env_int("COUNTERSIGN_LOGIN_WINDOW_SECONDS", 15 * 60)
 SESSION_COOKIE_SECURE = PRODUCTION
@@ -657,7 +657,7 @@ LOGGING = {
     },
 }
 
-# --- Operations (approvals/monitoring.py, docs/deployment.md) ---------------------------
+# --- Operations (approvals/ops/monitoring.py, docs/deployment.md) -----------------------
 # GET /metrics: a bearer token (compared in constant time), or client addresses in these
 # networks (CIDR), or both (either suffices). With neither, /metrics answers 404. In
 # embedded mode and tests the loopback may scrape without a token.

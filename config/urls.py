@@ -3,12 +3,12 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from approvals import oidc
-from approvals.api import api
-from approvals.login import LoginView, ThrottledAdminAuthenticationForm
-from approvals.views import ops
+from approvals.api.endpoints import api
+from approvals.identity import oidc
+from approvals.identity.login import LoginView, ThrottledAdminAuthenticationForm
+from approvals.ops import views as ops
 
-# The admin's sign-in is throttled like the reviewers' (approvals/login.py).
+# The admin's sign-in is throttled like the reviewers' (approvals/identity/login.py).
 admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
@@ -23,7 +23,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", oidc.logout, name="logout"),
-    # Single sign-on (approvals/oidc.py); 404 while it is not configured.
+    # Single sign-on (approvals/identity/oidc.py); 404 while it is not configured.
     path("accounts/oidc/start/", oidc.start, name="oidc-start"),
     path("accounts/oidc/callback/", oidc.callback, name="oidc-callback"),
     # set_language: the switcher in base.html posts here (a plain form, no JavaScript).

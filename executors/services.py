@@ -54,6 +54,8 @@ from actions.preview import PreviewError, UpstreamEchoesSecrets, read_target
 from actions.rules import first_failing, rule_text
 from actions.vault import VaultError
 from approvals.grants import grant_refusal_reason
+from approvals.identity.passkeys import plan_signature_problem
+from approvals.identity.requester import requester_approval_problem
 from approvals.lifecycle import (
     approvals_spend,
     attempt_count_send,
@@ -64,8 +66,6 @@ from approvals.lifecycle import (
     plan_transition,
 )
 from approvals.models import Attempt, Plan, PlanStatus
-from approvals.passkeys import plan_signature_problem
-from approvals.requester import requester_approval_problem
 
 from .outcomes import classify, refused_in_body, retry_after_seconds
 from .reconciliation import FIRST_FOLLOW_SECONDS, RECONCILE_DELAYS, due, read_back, wake_look

@@ -14,9 +14,9 @@ from django.utils import timezone
 from actions.lib import dispatch, logcontext
 from actions.lib.actors import SWEEPER
 from actions.lib.exceptions import InvalidTransition
-from approvals.heartbeats import heartbeat_record
 from approvals.lifecycle import approvals_return, attempt_transition, plan_transition, plans_expire
 from approvals.models import Attempt, Heartbeat, Plan, PlanStatus
+from approvals.ops.heartbeats import heartbeat_record
 
 from . import broker
 from .reconciliation import RECONCILE_DELAYS, due, wake_look

@@ -45,7 +45,7 @@ def _drop_orphaned_test_databases() -> None:
     import psycopg
     from django.db import connections
 
-    from approvals.monitoring import pid_alive
+    from approvals.ops.monitoring import pid_alive
 
     params = connections["default"].settings_dict
     if not params["ENGINE"].endswith("postgresql"):

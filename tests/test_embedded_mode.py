@@ -64,8 +64,8 @@ try:
     report = audit_verify()
     out["audit"] = report.ok and report.events == report.sealed == sealed["events"] > 0
     # Readiness and metrics on SQLite, the metrics in one process (no multiprocess dir).
-    from approvals.health import readiness
-    from approvals.monitoring import metrics_text
+    from approvals.ops.health import readiness
+    from approvals.ops.monitoring import metrics_text
     ready, body = readiness()
     out["checks"] = {c["name"]: c["ok"] for c in body["checks"]}
     text = metrics_text().decode()

@@ -13,7 +13,7 @@ classes, decisions, states and status classes. Never a plan id, a token, a targe
 agent: those belong in the logs.
 
 What the database knows (plans awaiting a decision, the sweeper's lag, the vault) is
-read when ``/metrics`` is scraped (approvals.monitoring), not counted here.
+read when ``/metrics`` is scraped (approvals.ops.monitoring), not counted here.
 """
 
 from __future__ import annotations

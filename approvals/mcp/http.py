@@ -32,7 +32,7 @@ from actions.lib.outage import database_unavailable
 from actions.lib.problems import problem_body_from, problem_line
 from actions.services import agent_authenticate
 
-from ..api import Unauthenticated
+from ..api.endpoints import Unauthenticated
 from ..wakeups import db_call
 from .protocol import INVALID_PARAMS, UNAUTHENTICATED, build_server, unavailable_error
 
@@ -47,7 +47,7 @@ METADATA_PATHS = frozenset({METADATA_PATH, METADATA_ROOT_PATH})
 # the MCP SDKs fall back to the resource's origin (RFC 8414 metadata, OpenID discovery,
 # with the path inserted and appended), then POST /register for dynamic registration,
 # and /authorize or /token with a client they were given. Countersign is no
-# authorization server (it signs people in with one, as a client: approvals/oidc.py),
+# authorization server (it signs people in with one, as a client: approvals/identity/oidc.py),
 # so each answers 404 with an OAuth error body saying how to authenticate, which the
 # SDKs put in their error instead of failing to parse an HTML page.
 NO_AUTHORIZATION_SERVER_PATHS = frozenset(

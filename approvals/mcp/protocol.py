@@ -49,7 +49,7 @@ from actions.lib.problems import (
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
-from ..api import (
+from ..api.endpoints import (
     MAX_IDEMPOTENCY_KEY,
     Unauthenticated,
     action_hints,
@@ -57,12 +57,12 @@ from ..api import (
     idempotency_key_valid,
     validation_message,
 )
+from ..api.schemas import PlanCreate, PlanOut, Problem
+from ..identity.requester import HEADER as ON_BEHALF_OF_HEADER
+from ..identity.requester import MCP_META_KEY as ON_BEHALF_OF_META
+from ..identity.requester import requester_from_sources
 from ..models import Plan, PlanStatus
 from ..ratelimit import rate_limit_check
-from ..requester import HEADER as ON_BEHALF_OF_HEADER
-from ..requester import MCP_META_KEY as ON_BEHALF_OF_META
-from ..requester import requester_from_sources
-from ..schemas import PlanCreate, PlanOut, Problem
 from ..selectors import actions_for_agent, plan_for_agent
 from ..services import plan_cancel, plan_submit
 from ..wakeups import agent_lease, db_call, wait_for_change

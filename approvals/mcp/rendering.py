@@ -19,9 +19,9 @@ from actions.lib.problems import problem_body_from
 from actions.models import Action
 from actions.spec import VERIFIABLE_KINDS, markdown_block, markdown_code
 
-from ..api import action_out, plan_out
+from ..api.endpoints import action_out, plan_out
+from ..api.schemas import PlanOut
 from ..models import Plan, PlanStatus
-from ..schemas import PlanOut
 
 CARD_URI = "countersign://actions/{name}/card"
 PLAN_URI = "countersign://plans/{plan_id}"

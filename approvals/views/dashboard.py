@@ -17,8 +17,8 @@ from actions.lib.checkpoints import SEAL_STALE_SECONDS, audit_unsealed_age
 from actions.models import Action, ConsequenceClass
 from actions.text import localized
 
-from ..heartbeats import heartbeat_status
 from ..models import PlanStatus
+from ..ops.heartbeats import heartbeat_status
 from ..pages import reviewer_page
 from ..selectors import (
     SIGN_IN_REFUSED,

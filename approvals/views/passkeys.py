@@ -15,14 +15,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from actions.lib.exceptions import CountersignError
 
-from ..models import Passkey
-from ..pages import page_error, reviewer_page
-from ..passkeys import (
+from ..identity.passkeys import (
     approval_signing_options,
     passkey_register,
     passkey_registration_options,
     passkey_revoke,
 )
+from ..models import Passkey
+from ..pages import page_error, reviewer_page
 from ..selectors import plan_for_review
 
 passkeys_page = reviewer_page(back=lambda **_: reverse("approvals:passkeys"))

@@ -34,10 +34,10 @@ from actions.spec import VERIFIABLE_KINDS
 
 from ..diffs import only_version_moved
 from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshness
+from ..identity.passkeys import plan_needs_signature
+from ..identity.requester import RequesterMayNotApprove, is_requester, requester_label
 from ..models import Passkey, Plan, PlanStatus
 from ..pages import page_error, plan_page
-from ..passkeys import plan_needs_signature
-from ..requester import RequesterMayNotApprove, is_requester, requester_label
 from ..review import (
     TYPED_CONFIRMATION_CLASSES,
     action_texts,
@@ -401,7 +401,7 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
             nonce=request.POST.get("nonce", "")[:100],
         )
     except RequesterMayNotApprove as exc:
-        # The floor (approvals/requester.py): the plan's page again, saying why, as 403.
+        # The floor (approvals/identity/requester.py): the plan's page again, saying why, as 403.
         messages.error(request, page_error(exc))
         response = plan_detail.__wrapped__(request, plan_id=plan_id)  # past require_GET
         response.status_code = 403

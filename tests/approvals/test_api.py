@@ -561,7 +561,7 @@ def test_an_error_page_from_outside_the_api_handler_becomes_a_problem(rf):
     """A 500 (or any error) rendered by Django's own handlers, not the API's."""
     from django.http import HttpResponseServerError
 
-    from approvals.apierrors import ApiProblemsMiddleware
+    from approvals.api.errors import ApiProblemsMiddleware
 
     def failing(request):
         return HttpResponseServerError("<h1>Server Error (500)</h1>")

@@ -1,4 +1,4 @@
-"""Single sign-on around the protocol (approvals/oidc.py): which scopes the sign-in asks
+"""Single sign-on around the protocol (approvals/identity/oidc.py): which scopes the sign-in asks
 for, from the provider's discovery document (a real HTTP server on 127.0.0.1 serving
 one), and what a refusal from the provider becomes: one log line with its error and
 description, an audit event, a page with a sentence the person can act on, and a notice
@@ -17,7 +17,7 @@ import pytest
 from django.test import override_settings
 
 from actions.lib.models import AuditEvent
-from approvals import oidc
+from approvals.identity import oidc
 
 
 class Discovery:
@@ -126,7 +126,7 @@ def test_groups_is_asked_for_when_the_list_is_not_known(client, provider, answer
         provider.status, provider.location = 302, f"{provider.issuer}/elsewhere"
     else:
         del provider.document["scopes_supported"]
-    with caplog.at_level(logging.WARNING, logger="approvals.oidc"):
+    with caplog.at_level(logging.WARNING, logger="approvals.identity.oidc"):
         assert start(client)["scope"] == "openid email profile groups"
     unreadable = [r for r in caplog.records if "discovery document could not be read" in r.message]
     assert len(unreadable) == (0 if answer == "no list" else 1)
@@ -165,7 +165,7 @@ def callback(client, **params):
 def test_a_provider_error_is_one_log_line_an_audit_event_and_a_sentence(client, provider, caplog):
     state = start(client)["state"]
     description = "scope not offered: groups"
-    with caplog.at_level(logging.WARNING, logger="approvals.oidc"):
+    with caplog.at_level(logging.WARNING, logger="approvals.identity.oidc"):
         response = callback(
             client, error="invalid_scope", error_description=description, state=state
         )
@@ -176,7 +176,7 @@ def test_a_provider_error_is_one_log_line_an_audit_event_and_a_sentence(client, 
     assert '<code data-testid="provider-error">invalid_scope</code>' in page
     assert description not in page  # the provider's words are for the administrator
 
-    lines = [r.getMessage() for r in caplog.records if r.name == "approvals.oidc"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "approvals.identity.oidc"]
     assert lines == [
         "single sign-on refused: the identity provider refused the sign-in "
         f'(provider error=invalid_scope error_description="{description}")'
@@ -216,14 +216,14 @@ def test_the_pages_sentence_is_in_portuguese(client, provider):
 
 def test_what_the_provider_said_cannot_break_the_log_line_or_the_page(client, provider, caplog):
     state = start(client)["state"]
-    with caplog.at_level(logging.WARNING, logger="approvals.oidc"):
+    with caplog.at_level(logging.WARNING, logger="approvals.identity.oidc"):
         page = callback(
             client,
             error='invalid_scope"<b>\n',
             error_description="line one\nFORGED 2026 ERROR <script>x</script>" + "y" * 600,
             state=state,
         ).content.decode()
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "approvals.oidc"]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "approvals.identity.oidc"]
     # One line, whose quoted description cannot be closed early.
     assert "\n" not in line and line.count('"') == 2
     assert 'error=invalid_scopeb error_description="line oneFORGED 2026 ERROR <script>' in line
@@ -235,7 +235,7 @@ def test_an_error_for_a_sign_in_this_browser_did_not_start_is_not_the_providers(
     client, provider, caplog
 ):
     start(client)
-    with caplog.at_level(logging.WARNING, logger="approvals.oidc"):
+    with caplog.at_level(logging.WARNING, logger="approvals.identity.oidc"):
         page = callback(
             client, error="access_denied", error_description="typed by anyone", state="forged"
         ).content.decode()

@@ -17,8 +17,8 @@ from actions.lib import dispatch, logcontext
 from actions.lib.checkpoints import audit_seal
 from actions.lib.models import AuditEvent
 from actions.models import VaultState
-from approvals.heartbeats import worker_heartbeat_name
 from approvals.models import Heartbeat, Plan
+from approvals.ops.heartbeats import worker_heartbeat_name
 
 CHECKS = ["database", "broker", "migrations", "sweeper", "workers"]
 
@@ -106,12 +106,12 @@ def test_readyz_body_never_names_hosts_or_databases(client, alive, settings):
 
 
 def test_readyz_with_migrations_pending(client, alive, monkeypatch):
-    import approvals.health
+    import approvals.ops.health
 
-    assert approvals.health.unapplied_migrations() == 0  # this database: all applied
-    monkeypatch.setattr(approvals.health, "_migrated", False)
+    assert approvals.ops.health.unapplied_migrations() == 0  # this database: all applied
+    monkeypatch.setattr(approvals.ops.health, "_migrated", False)
     monkeypatch.setattr(
-        approvals.health.MigrationExecutor, "migration_plan", lambda self, targets: [1, 2]
+        approvals.ops.health.MigrationExecutor, "migration_plan", lambda self, targets: [1, 2]
     )
     response = client.get("/readyz")
     assert response.status_code == 503

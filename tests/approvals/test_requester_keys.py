@@ -1,4 +1,4 @@
-"""The provider's keys for on-behalf-of tokens (approvals/requester.py), from a real JWKS
+"""The provider's keys for on-behalf-of tokens (approvals/identity/requester.py), from a real JWKS
 served over HTTP on 127.0.0.1: read once and kept, read again at once for a key id not
 among them (a rotation), but not more often than JWKS_REFETCH_SECONDS for made-up ones;
 a JWKS that is too large or unreadable refuses the token, never accepts it. (Tokens
@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from django.test import override_settings
 from jwt.algorithms import RSAAlgorithm
 
-from approvals import requester
-from approvals.requester import OnBehalfOfRefused, requester_from_token
+from approvals.identity import requester
+from approvals.identity.requester import OnBehalfOfRefused, requester_from_token
 
 CLIENT_ID = "countersign-test"
 

@@ -12,8 +12,8 @@ from django.test import override_settings
 from actions.catalog import load_catalog
 from actions.lib.exceptions import NotAllowed
 from actions.lib.models import AuditEvent
+from approvals.identity.passkeys import approval_challenge, plan_signature_problem
 from approvals.models import Approval, PlanStatus
-from approvals.passkeys import approval_challenge, plan_signature_problem
 from approvals.services import approval_record
 from tests.conftest import DEMO_CATALOG
 
@@ -33,7 +33,7 @@ def test_the_sign_in_page_offers_the_provider_and_local_passwords(client, db):
 @override_settings(
     **SSO,
     COUNTERSIGN_LOCAL_LOGIN=False,
-    AUTHENTICATION_BACKENDS=["approvals.oidc.ReviewerOIDCBackend"],
+    AUTHENTICATION_BACKENDS=["approvals.identity.oidc.ReviewerOIDCBackend"],
 )
 def test_with_local_passwords_off_no_password_is_checked(client, reviewer):
     page = client.get("/accounts/login/").content.decode()

@@ -138,7 +138,7 @@ def test_two_reviewers_sign_an_irreversible_plan_and_it_executes(
 def test_replayed_foreign_unregistered_and_absent_signatures_are_refused(
     chromium, sso, sso_agent_api, upstream
 ):
-    from approvals.passkeys import approval_challenge
+    from approvals.identity.passkeys import approval_challenge
 
     first = propose_delete(sso_agent_api, "c-1001")
     second = propose_delete(sso_agent_api, "c-1002")

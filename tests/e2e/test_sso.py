@@ -275,7 +275,7 @@ def test_a_provider_that_refuses_a_scope_is_explained_and_logged_in_one_line(
     # One log line with the provider's error and description.
     eventually(lambda: web_log(live_logs).count(line) == before + 1, what="the refusal's line")
     (logged,) = [entry for entry in web_log(live_logs).splitlines() if line in entry][before:]
-    assert "WARNING approvals.oidc single sign-on refused: " in logged
+    assert "WARNING approvals.identity.oidc single sign-on refused: " in logged
     data = orm(lambda: AuditEvent.objects.get(kind="reviewer.sign_in_refused").data)
     assert data["provider_error"] == "invalid_scope"
 

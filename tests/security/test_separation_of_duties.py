@@ -10,7 +10,7 @@ import pytest
 from actions.lib.exceptions import AlreadyDecided, NotAllowed
 from actions.lib.models import AuditEvent
 from actions.models import Agent
-from approvals.api import api
+from approvals.api.endpoints import api
 from approvals.models import Plan, PlanStatus
 from approvals.services import approval_record
 

@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from approvals.health import readiness
+from approvals.ops.health import readiness
 
 
 class Command(BaseCommand):

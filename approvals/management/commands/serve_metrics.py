@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
 from actions.lib.metrics import multiprocess_dir
-from approvals.monitoring import metrics_allowed, metrics_configured, metrics_text
+from approvals.ops.monitoring import metrics_allowed, metrics_configured, metrics_text
 
 
 class _Quiet(WSGIRequestHandler):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from approvals.identity.passkeys import assertion_problem, plan_needs_signature
 from approvals.models import Approval
-from approvals.passkeys import assertion_problem, plan_needs_signature
 
 
 class Command(BaseCommand):

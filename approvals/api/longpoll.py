@@ -34,8 +34,8 @@ from django.conf import settings
 from actions.lib.bearer import bearer_token
 from actions.services import agent_authenticate
 
-from .models import Plan
-from .wakeups import AgentGone, agent_lease, db_call, wait_for_change
+from ..models import Plan
+from ..wakeups import AgentGone, agent_lease, db_call, wait_for_change
 
 PLAN_PATH = re.compile(r"^/api/v1/plans/(?P<plan_id>[^/]+)/?$")
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from .models import Heartbeat
+from ..models import Heartbeat
 
 
 def heartbeat_record(*, name: str, kind: str) -> None:

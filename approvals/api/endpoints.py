@@ -31,14 +31,14 @@ from actions.lib.problems import PROBLEM_CONTENT_TYPE, current_correlation_id, p
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
-from .models import Attempt, Plan, PlanStatus
-from .ratelimit import RateLimited, rate_limit_check
-from .requester import HEADER as ON_BEHALF_OF
-from .requester import requester_from_sources
+from ..identity.requester import HEADER as ON_BEHALF_OF
+from ..identity.requester import requester_from_sources
+from ..models import Attempt, Plan, PlanStatus
+from ..ratelimit import RateLimited, rate_limit_check
+from ..selectors import actions_for_agent, plan_for_agent
+from ..services import Replay, plan_cancel, plan_submit
+from ..wakeups import AgentGone, AgentWatcher, wait_for_change
 from .schemas import ActionOut, PlanCreate, PlanOut, Problem
-from .selectors import actions_for_agent, plan_for_agent
-from .services import Replay, plan_cancel, plan_submit
-from .wakeups import AgentGone, AgentWatcher, wait_for_change
 
 log = logging.getLogger(__name__)
 
@@ -539,7 +539,7 @@ def get_plan(request: HttpRequest, plan_id: uuid.UUID, query: Query[WaitQuery]):
     # Long-poll: woken by approvals.wakeups (a Redis message, or one batched read per
     # process), never by reading the database per waiter. The first read happens after
     # registering, so a change committed in between is not missed; the request's
-    # connection is given back before waiting. Under the ASGI server, approvals.longpoll
+    # connection is given back before waiting. Under the ASGI server, approvals.api.longpoll
     # does this wait before Django, holding no thread; this path serves the rest (a
     # request the gate could not check, Django's test client, a plain WSGI server). An
     # agent revoked or deactivated meanwhile is answered 401 as soon as that is seen.

@@ -63,7 +63,7 @@ from actions.lib.actors import user_actor
 from actions.lib.audit import audit_record
 from actions.lib.exceptions import InvalidInput, NotAllowed
 
-from .models import Approval, Passkey, Plan
+from ..models import Approval, Passkey, Plan
 
 # Whatever a browser (or anyone posting the form) sends may be malformed in any way: each
 # of these is a refusal, never a 500.

@@ -2,7 +2,7 @@
 
 None needs a sign-in (probes and scrapers have none); ``/readyz`` is rate-limited per
 client address (it reads the database and the broker), ``/metrics`` is guarded by a
-token or an address allow-list (approvals.monitoring), ``/healthz`` answers from the
+token or an address allow-list (approvals.ops.monitoring), ``/healthz`` answers from the
 process alone.
 """
 
@@ -14,9 +14,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
-from ..health import readiness
-from ..monitoring import metrics_allowed, metrics_configured, metrics_text
 from ..ratelimit import RateLimited, rate_limit_check
+from .health import readiness
+from .monitoring import metrics_allowed, metrics_configured, metrics_text
 
 
 @never_cache

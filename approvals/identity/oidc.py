@@ -54,8 +54,8 @@ from actions.lib.actors import SYSTEM
 from actions.lib.audit import audit_record
 from actions.lib.exceptions import CountersignError
 
-from .models import OidcIdentity
-from .services import reviewers_group_ensure
+from ..models import OidcIdentity
+from ..services import reviewers_group_ensure
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def _library_reason(message: str) -> str:
 def id_token_claims_check(payload: dict) -> dict:
     """The claim checks an ID token passes after its signature: our issuer, meant for
     our client, an expiry and issue time within LEEWAY, a subject. Raises SignInRefused
-    with the reason; the sign-in and the on-behalf-of token (approvals/requester.py)
+    with the reason; the sign-in and the on-behalf-of token (approvals/identity/requester.py)
     both use it."""
     now = time.time()
     client_id = settings.OIDC_RP_CLIENT_ID

@@ -8,7 +8,7 @@ MCP HTTP endpoint). An ID token, not an access token: its audience is Countersig
 client id, so it is the token that says "this person, for us"; an access token's
 audience is whatever API the provider minted it for, and many providers make it opaque.
 
-It passes the sign-in's checks exactly (approvals/oidc.py, ``id_token_claims_check``):
+It passes the sign-in's checks exactly (approvals/identity/oidc.py, ``id_token_claims_check``):
 a signature by a key the provider publishes at the sign-in's JWKS endpoint, under the
 configured algorithm (mozilla-django-oidc's ``get_payload_data``, PyJWT underneath),
 our issuer, our client id as audience (``azp`` us when there are several), an expiry
@@ -40,7 +40,7 @@ from django.utils.encoding import smart_str
 
 from actions.lib.exceptions import CountersignError, NotAllowed
 
-from .models import Approval, OidcIdentity
+from ..models import Approval, OidcIdentity
 
 logger = logging.getLogger(__name__)
 

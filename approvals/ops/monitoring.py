@@ -1,6 +1,6 @@
 """``GET /metrics``: every process's counters (actions.lib.metrics, added up across the
 host's processes in multiprocess mode) and the figures only the database knows, read at
-scrape time (approvals.health), in the Prometheus text format.
+scrape time (approvals.ops.health), in the Prometheus text format.
 
 Who may scrape: a bearer token (COUNTERSIGN_METRICS_TOKEN) or a client address in
 COUNTERSIGN_METRICS_ALLOW; with neither configured the endpoint does not exist (404).

@@ -20,8 +20,8 @@ from actions.lib import dispatch
 from actions.lib.checkpoints import audit_unsealed_age
 from actions.models import VaultState
 
+from ..models import Plan, PlanStatus
 from .heartbeats import heartbeat_status, stale_after, sweeper_stale_after
-from .models import Plan, PlanStatus
 
 # Once every migration is applied it stays so for this process's code (a new release
 # restarts the processes): the migration graph is read only until then.
