@@ -1,6 +1,8 @@
 """The import contracts `make lint` runs (pyproject.toml, [tool.importlinter]) hold, and
 would catch an import against the direction executors -> approvals -> actions ->
-actions.lib: a copy of the tree with one such import fails them."""
+actions.lib, or across the sub-packages of approvals that are kept apart (the core, the
+agent API, the pages, sign-in, operations): a copy of the tree with one such import fails
+the contract it breaks."""
 
 from __future__ import annotations
 
@@ -48,6 +50,18 @@ def test_the_contracts_hold():
         ("actions/lib/http.py", "from actions.models import Connector", "knows no app"),
         ("approvals/views/plan.py", "from demo.upstream import DemoUpstream", "never imports"),
         ("bench/report.py", "from tests.conftest import READ_TOKEN", "do not import each other"),
+        ("actions/policy/__init__.py", "from approvals.models import Plan", "point one way"),
+        ("approvals/lifecycle.py", "from approvals.api.endpoints import api", "no surface"),
+        ("approvals/decisions/__init__.py", "from approvals.views import plan", "no surface"),
+        ("approvals/services.py", "from approvals.ops.health import readiness", "no surface"),
+        ("approvals/api/endpoints.py", "from approvals.pages import page_error", "API imports no"),
+        ("approvals/api/longpoll.py", "from approvals.mcp import http", "API imports no"),
+        ("approvals/views/queue.py", "from approvals.api.endpoints import api", "pages import"),
+        ("approvals/pages.py", "from approvals.api.schemas import PlanOut", "pages import"),
+        ("approvals/identity/oidc.py", "from approvals.views import passkeys", "Sign-in imports"),
+        ("approvals/identity/passkeys.py", "from approvals.ops import health", "Sign-in imports"),
+        ("approvals/ops/health.py", "from approvals.api import longpoll", "Operations import"),
+        ("approvals/ops/views.py", "from approvals.identity import login", "Operations import"),
     ],
 )
 def test_an_import_against_the_direction_breaks_them(copy, module, line, contract):
