@@ -38,8 +38,18 @@ from .catalog import (
     validate_catalog,
 )
 from .export import definition_text
-from .models import Action, ActionVersion, Agent, AgentScope, Connector, Credential, VaultState
+from .models import (
+    Action,
+    ActionVersion,
+    Agent,
+    AgentScope,
+    Connector,
+    Credential,
+    DecisionRule,
+    VaultState,
+)
 from .openapi import OpenAPIImportError, import_openapi
+from .policy.reviewers import requirement_for_rule, requirement_text
 from .services import credentials_revoke, vault_set_locked
 from .spec import InputValidator
 
@@ -651,6 +661,34 @@ class ActionVersionAdmin(admin.ModelAdmin):
 
     @admin.display(description="definition")
     def definition_yaml(self, obj: ActionVersion) -> str:
+        return format_html("<pre>{}</pre>", definition_text(obj.definition))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(DecisionRule)
+class DecisionRuleAdmin(admin.ModelAdmin):
+    """The catalog's decision rules (``reviewers:``), read-only: they are changed by
+    loading a catalog file, so that they are reviewed, versioned and exported as code."""
+
+    list_display = ["name", "requirement", "updated_by", "updated_at"]
+    search_fields = ["name"]
+    fields = ["name", "updated_by", "updated_at", "digest", "definition_yaml"]
+    readonly_fields = fields
+
+    @admin.display(description="requirement")
+    def requirement(self, obj: DecisionRule) -> str:
+        return requirement_text(requirement_for_rule(obj.name, obj.definition))
+
+    @admin.display(description="definition")
+    def definition_yaml(self, obj: DecisionRule) -> str:
         return format_html("<pre>{}</pre>", definition_text(obj.definition))
 
     def has_add_permission(self, request):

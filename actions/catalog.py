@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from django.contrib.auth.models import Group
 from django.db import transaction
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -18,8 +19,9 @@ from actions.lib.audit import audit_record
 
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .lib.http import FORM_CONTENT_TYPE
-from .models import Action, ActionVersion, Connector
-from .rules import rule_operator
+from .models import Action, ActionVersion, Connector, DecisionRule
+from .policy.reviewers import reviewers_problems, section_groups, section_rules
+from .rules import rule_problem
 from .spec import VERIFIABLE_KINDS, pattern_problem
 from .text import ENGLISH, languages_of, localized
 
@@ -51,6 +53,10 @@ class LoadReport:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     connectors: list[str] = field(default_factory=list)
+    # The decision rules now in force, when the file has a ``reviewers:`` section (None:
+    # it has none, and the rules in force were left as they were).
+    decision_rules: list[str] | None = None
+    groups_created: list[str] = field(default_factory=list)
 
 
 def catalog_schema() -> dict[str, Any]:
@@ -200,6 +206,8 @@ def validate_catalog(
         problems.extend(_check_action(base, action, known_connectors))
     actions = document.get("actions") or {}
     problems.extend(_check_follow_ups(document, follow_up_targets or {}))
+    if "reviewers" in document:
+        problems.extend(_check_reviewers(document, known_connectors))
     for i, name in enumerate(document.get("unconfirmed_classes") or []):
         if name not in actions:
             problems.append(
@@ -214,6 +222,22 @@ def validate_catalog(
             )
     if problems:
         raise CatalogError(source, problems)
+
+
+def _check_reviewers(document: dict[str, Any], connectors: set[str]) -> list[CatalogProblem]:
+    """The ``reviewers:`` section against this file's actions and the stored ones, and the
+    groups there are (actions/policy/reviewers.py)."""
+    section = document["reviewers"] or {}
+    actions = dict(Action.objects.values_list("name", "definition"))
+    actions.update(document.get("actions") or {})
+    wanted = section_groups(section)
+    existing = set(Group.objects.filter(name__in=wanted).values_list("name", flat=True))
+    return [
+        CatalogProblem(pointer, message)
+        for pointer, message in reviewers_problems(
+            section, actions=actions, connectors=connectors, groups_existing=existing
+        )
+    ]
 
 
 def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> list[CatalogProblem]:
@@ -280,11 +304,8 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         )
     for key in ("scope", "eligibility"):
         for i, rule in enumerate(action.get(key) or []):
-            if rule_operator(rule) is None:
-                problem(
-                    f"/{key}/{i}",
-                    "a rule needs exactly one of: equals, in, not_in, equals_agent",
-                )
+            if (why := rule_problem(rule)) is not None:
+                problem(f"/{key}/{i}", why)
     if action.get("eligibility") and (
         kind in ("invoke", "create") or action.get("read", {}) is None
     ):
@@ -300,11 +321,8 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
         if bool(status.get("path")) == bool(status.get("from_location")):
             problem("/status", "give exactly one of path or from_location")
         for key in ("done_when", "failed_when"):
-            if key in status and rule_operator(status[key]) is None:
-                problem(
-                    f"/status/{key}",
-                    "a rule needs exactly one of: equals, in, not_in, equals_agent",
-                )
+            if key in status and (why := rule_problem(status[key])) is not None:
+                problem(f"/status/{key}", why)
         for key in _PATH_FIELD.findall(status.get("path", "")):
             if key not in required:
                 problem("/status/path", f"path field {key!r} must be a required input property")
@@ -727,7 +745,54 @@ def catalog_apply(document: dict[str, Any], *, actor: str = "catalog") -> LoadRe
                 class_confirmed=False if name in unconfirmed else None,
             )
             getattr(report, change).append(name)
+        if "reviewers" in document:
+            decision_rules_replace(document["reviewers"] or {}, actor=actor, report=report)
     return report
+
+
+def decision_rules_replace(
+    section: dict[str, Any], *, actor: str, report: LoadReport | None = None
+) -> list[str]:
+    """Put a validated ``reviewers:`` section in force as a whole: rules it lacks are
+    removed, declared groups that do not exist are made (empty, without permissions).
+    Audited when anything changed. Runs inside the caller's transaction."""
+    report = report if report is not None else LoadReport()
+    for name in sorted(section.get("groups") or []):
+        _group, made = Group.objects.get_or_create(name=name)
+        if made:
+            report.groups_created.append(name)
+    rules = section_rules(section)
+    stored = {r.name: r for r in DecisionRule.objects.select_for_update()}
+    changed = bool(set(stored) - {r["name"] for r in rules}) or bool(report.groups_created)
+    DecisionRule.objects.exclude(name__in=[r["name"] for r in rules]).delete()
+    for position, rule in enumerate(rules):
+        definition = normalize({k: v for k, v in rule.items() if k != "name"})
+        rule_digest = digest(definition)
+        old = stored.get(rule["name"])
+        if old is not None and old.digest == rule_digest and old.position == position:
+            continue
+        changed = True
+        DecisionRule.objects.update_or_create(
+            name=rule["name"],
+            defaults={
+                "position": position,
+                "definition": definition,
+                "digest": rule_digest,
+                "updated_by": actor,
+            },
+        )
+    report.decision_rules = [r["name"] for r in rules]
+    if changed:
+        audit_record(
+            kind="decision_rules.replaced",
+            actor=actor,
+            data={
+                "rules": report.decision_rules,
+                "digest": digest(normalize(section)),
+                "groups_created": report.groups_created,
+            },
+        )
+    return report.decision_rules
 
 
 def validate_action_definition(

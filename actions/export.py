@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from .catalog import catalog_schema
-from .models import Action, Connector
+from .models import Action, Connector, DecisionRule
+from .policy.reviewers import section_groups
 
 HEADER = (
     "# Countersign catalog, exported. Load it with `manage.py load_catalog FILE`.\n"
@@ -102,6 +103,15 @@ def export_catalog(*, connectors: list[str] | None = None) -> str:
             + ", ".join(unconfirmed)
             + "\n"
         )
+    if connectors is None:
+        # Decision rules travel with the whole catalog only: a part of it may lack the
+        # actions a rule names.
+        rules = list(DecisionRule.objects.order_by("name").values_list("name", "definition"))
+        if rules:
+            document["reviewers"] = {
+                "groups": sorted(section_groups({"rules": dict(rules)})),
+                "rules": dict(rules),
+            }
     root = _ordering_schema()
     return header + _dump(_ordered(document, root, root["$defs"]))
 

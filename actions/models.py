@@ -344,3 +344,22 @@ class CatalogState(models.Model):
 
     def __str__(self) -> str:
         return f"catalog generation {self.generation}"
+
+
+class DecisionRule(models.Model):
+    """One named rule of the catalog's ``reviewers:`` section: which plans it matches and
+    the requirement it gives them (actions/policy/reviewers.py). Loaded with the catalog,
+    replaced as a whole section, read in ``position`` order."""
+
+    name = models.CharField(max_length=64, unique=True)
+    position = models.PositiveIntegerField()
+    definition = models.JSONField()
+    digest = models.CharField(max_length=64)
+    updated_by = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["position", "name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -36,6 +36,7 @@ from actions.lib.exceptions import InvalidInput, InvalidTransition, NotAllowed, 
 from actions.models import Action, Agent
 from actions.spec import InputValidator
 
+from .decisions.requirements import grantor_cannot_decide, reviewer_groups
 from .lifecycle import plan_transition
 from .models import Approval, Plan, PlanStatus, SessionGrant
 from .permissions import can_review
@@ -162,6 +163,15 @@ def grant_create(
                 {
                     "pointer": pointer,
                     "message": _("this agent may not propose %(name)s") % {"name": name},
+                }
+            )
+        elif (needs := grantor_cannot_decide(creator, action)) is not None:
+            # A grant is its maker's consent: only for what they may decide themselves.
+            errors.append(
+                {
+                    "pointer": pointer,
+                    "message": _("you cannot decide every plan of %(name)s: %(needs)s")
+                    % {"name": name, "needs": needs},
                 }
             )
         else:
@@ -323,6 +333,10 @@ def grant_approve(*, plan: Plan, grant: SessionGrant, now=None) -> Plan:
         comment="",
         expires_at=now + timedelta(seconds=ttl),
         grant=grant,
+        # The groups the grant's maker is in, for a plan with decision rules (plan_submit
+        # used the grant only if its maker alone meets the requirement).
+        groups=reviewer_groups(plan, grant.created_by),
+        counted_for=(reviewer_groups(plan, grant.created_by) or [""])[0],
     )
     actor = grant_actor(grant)
     used = Approval.objects.filter(grant=grant).count()

@@ -22,6 +22,7 @@ from actions.lib.exceptions import InvalidTransition
 from actions.lib.metrics import DECISION_TO_EFFECT, DECISIONS, OUTCOMES
 from actions.models import VaultState
 
+from .decisions.requirements import claim_refusal, plan_policy_requirement
 from .models import ATTEMPT_TRANSITIONS, TRANSITIONS, Approval, Attempt, Plan, PlanStatus
 from .wakeups import plan_changed
 
@@ -162,7 +163,12 @@ def approvals_spend(plan: Plan, now) -> bool:
         expires_at__gt=now,
     )
     spent = valid.update(used_at=now)
-    if spent >= plan.required_approvals:
+    if plan_policy_requirement(plan):
+        # Decision rules: the approvals, by the groups recorded when they were given,
+        # must meet the plan's requirement (approvals/decisions/requirements.py).
+        if spent and claim_refusal(plan, list(plan.approvals.filter(used_at=now))) is None:
+            return True
+    elif spent >= plan.required_approvals:
         return True
     if spent:
         plan.approvals.filter(used_at=now).update(used_at=None)

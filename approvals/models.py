@@ -169,6 +169,11 @@ class Plan(models.Model):
     fingerprint = models.CharField(max_length=64)
     canonical = models.TextField()
     approvals_required = models.PositiveSmallIntegerField(default=1)
+    # Who may decide: the requirement the catalog's decision rules gave this plan at
+    # submission (actions/policy/reviewers.py), ``{}`` when none matched (the class
+    # default applies). A copy for display and queries: what is enforced is the copy in
+    # the fingerprinted ``policy`` (approvals/decisions/requirements.py).
+    requirement = models.JSONField(default=dict, db_default={}, blank=True)
     # A reviewer's "preview again" (after stale) or edit makes a new plan pointing here;
     # the agent's API view of the original names the newest revision (superseded_by).
     revision_of = models.ForeignKey(
@@ -314,6 +319,11 @@ class Approval(models.Model):
     # db_default: a release that predates the column inserts approvals without it
     # (docs/deployment.md, Upgrading); the same holds for every column added since.
     assertion = models.JSONField(default=dict, db_default={}, blank=True)
+    # For a plan with a requirement: the requirement's groups the reviewer belonged to
+    # when deciding (what the worker checks the approval against), and the one group
+    # this approval counts toward (an approval fills one threshold place only).
+    groups = models.JSONField(default=list, db_default=[], blank=True)
+    counted_for = models.CharField(max_length=150, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["created_at"]

@@ -7,6 +7,7 @@ this module is the one place the pages translate them, so every page answers ali
 * an id that names nothing: 404, whether the service said so (``NotFound``), a lookup
   escaped it (``DoesNotExist``), or it refused the request before looking the row up
   (invalid input for a plan that does not exist is still a plan that does not exist);
+* a reviewer outside the groups that decide the plan (``NotEligibleToDecide``): 403;
 * any other refusal (wrong state, invalid input, not allowed, fingerprint mismatch):
   back to the page the form was posted from, with the error as a message in the
   reader's language. A redirect rather than a 4xx page, so that reloading the page
@@ -27,7 +28,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.translation import get_language, gettext, gettext_lazy, gettext_noop
 
-from actions.lib.exceptions import CountersignError, NotFound
+from actions.lib.exceptions import CountersignError, NotEligibleToDecide, NotFound
 
 from .models import Plan
 from .services import can_review
@@ -72,6 +73,9 @@ PAGE_ERROR_TITLES = {
     "fingerprint-mismatch": gettext_lazy("The plan you saw is not the plan on record"),
     "already-decided": gettext_lazy("You have already decided on this plan"),
     "action-changed": gettext_lazy("The action's definition changed since this preview"),
+    "decision-rules-changed": gettext_lazy(
+        "The decision rules changed since this plan was proposed"
+    ),
 }
 
 
@@ -119,6 +123,10 @@ def reviewer_page(
             except CountersignError as exc:
                 if isinstance(exc, NotFound) or not _exists(subject, kwargs):
                     raise Http404(exc.detail) from None
+                if isinstance(exc, NotEligibleToDecide):
+                    # Outside the groups that decide this plan: refused as a page (the
+                    # refusal is audited by the service), not as a message to retry.
+                    raise PermissionDenied(exc.detail) from None
                 if back is None or request.method != "POST":
                     raise
                 messages.error(request, describe(exc))

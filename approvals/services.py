@@ -42,6 +42,7 @@ from actions.lib.exceptions import (
     IdempotencyKeyReused,
     InvalidInput,
     InvalidTransition,
+    NoOneCanDecide,
     NotAllowed,
     NotEligible,
     NotFound,
@@ -54,6 +55,15 @@ from actions.preview import PreviewError, compute_preview
 from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
+from .decisions.requirements import (
+    approval_alone_meets,
+    approvals_count,
+    decision_refusal,
+    grant_may_decide,
+    plan_policy_requirement,
+    plan_requirement,
+    reviewer_groups,
+)
 from .freshness import plan_freshness
 from .grants import grant_approve, grant_match
 from .identity.passkeys import (
@@ -238,6 +248,16 @@ def _check_rules(agent: Agent, action: Action, preview) -> None:
             _refuse(agent, action, NotEligible(rule_text(failing)), "eligibility")
 
 
+def _plan_requirement(agent: Agent, action: Action, values: dict[str, Any], preview) -> dict:
+    """The decision rules' requirement for this plan (approvals/decisions); one no active
+    person can meet is refused here, audited, before any plan is stored."""
+    try:
+        return plan_requirement(action=action, values=values, before=preview.before)
+    except NoOneCanDecide as exc:
+        _refuse(agent, action, exc, "decision_rules")
+        raise
+
+
 def _approve_by_policy(plan: Plan, *, now) -> None:
     """A plain observation read whose action needs no per-call approval: approved as it
     is stored (the fingerprinted policy says so, and the worker checks the action still
@@ -366,6 +386,16 @@ def _plan_submit(
             # Approvals must be passkey-signed (approvals/identity/passkeys.py).
             "signed_approval": spec.approval.signed,
         }
+        requirement = _plan_requirement(agent, action, values, preview)
+        if requirement:
+            # Who may decide, fingerprinted: an approval given under one requirement
+            # never counts toward another. A rule asks for people, so a plain read an
+            # admin lets run undecided goes to them too.
+            policy = {
+                **policy,
+                "requirement": requirement,
+                "mode": "per_call" if policy["mode"] == "none" else policy["mode"],
+            }
         now = timezone.now()
         with transaction.atomic():
             # Under a lock on the grant until commit: the cap is counted exactly.
@@ -379,6 +409,7 @@ def _plan_submit(
                 and spec.approval.mode == "per_call"
                 # The floor: nobody approves a plan they requested, by a grant neither.
                 and not is_requester(requester, grant.created_by)
+                and grant_may_decide(grant, requirement)
             ):
                 # In the fingerprinted document: an approval by this grant can never be
                 # spent on a plan that was not proposed under it.
@@ -430,6 +461,7 @@ def _plan_submit(
                 fingerprint=hexdigest,
                 canonical=canonical_text,
                 approvals_required=spec.approval.approvers,
+                requirement=requirement,
                 expires_at=now + timedelta(seconds=action.spec.approval.plan_ttl),
                 correlation_id=correlation_id,
                 requester=requester,
@@ -718,6 +750,17 @@ def approval_record(
                 data={"reason": "the reviewer is the person the plan was requested for"},
             )
             failure = RequesterMayNotApprove(REQUESTER_REFUSAL)
+        elif (refusal := decision_refusal(plan, reviewer)) is not None:
+            # Who may decide (approvals/decisions): outside the plan's groups, or the
+            # rules changed since it was proposed. Audited; nothing is decided.
+            error, why, kind = refusal
+            audit_record(
+                kind=kind,
+                actor=user_actor(reviewer),
+                plan=plan,
+                data={"decision": decision, "reason": why},
+            )
+            failure = error(why)
         elif decision == Approval.Decision.APPROVE and _creator_would_approve_alone(plan, reviewer):
             audit_record(
                 kind="approval.separation_of_duties",
@@ -741,6 +784,7 @@ def approval_record(
                 fingerprint=plan.fingerprint,
                 comment=comment,
                 expires_at=now + timedelta(seconds=ttl),
+                groups=reviewer_groups(plan, reviewer),
                 **(signed if isinstance(signed, dict) else {}),
             )
             actor = user_actor(reviewer)
@@ -759,17 +803,20 @@ def approval_record(
                 approvals = plan.approvals.filter(
                     decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint
                 ).count()
-                audit_record(
-                    kind="approval.recorded",
-                    actor=actor,
-                    plan=plan,
-                    data={
-                        "approvals": approvals,
-                        "required": plan.required_approvals,
-                        "comment": comment,
-                    },
-                )
-                if approvals >= plan.required_approvals:
+                data = {
+                    "approvals": approvals,
+                    "required": plan.required_approvals,
+                    "comment": comment,
+                }
+                if plan_policy_requirement(plan):
+                    assessment = approvals_count(plan)
+                    met = assessment.met
+                    data["groups"] = reviewer_groups(plan, reviewer)
+                    data["requirement_met"] = met
+                else:
+                    met = approvals >= plan.required_approvals
+                audit_record(kind="approval.recorded", actor=actor, plan=plan, data=data)
+                if met:
                     # Registered first, so the worker's wake-up leaves at commit ahead of
                     # the long-polls' (both run on commit, in this order; neither if the
                     # transition below fails and the transaction rolls back).
@@ -822,6 +869,9 @@ def _creator_would_approve_alone(plan: Plan, reviewer) -> bool:
         .exclude(reviewer=reviewer)
         .count()
     )
+    if plan_policy_requirement(plan):
+        # Decision rules: refused when this approval alone would meet the requirement.
+        return others == 0 and approval_alone_meets(plan, reviewer)
     return others + 1 >= plan.required_approvals and others == 0
 
 

@@ -53,6 +53,7 @@ from actions.oauth import TokenError
 from actions.preview import PreviewError, UpstreamEchoesSecrets, read_target
 from actions.rules import first_failing, rule_text
 from actions.vault import VaultError
+from approvals.decisions.requirements import claim_refusal
 from approvals.grants import grant_refusal_reason
 from approvals.identity.passkeys import plan_signature_problem
 from approvals.identity.requester import requester_approval_problem
@@ -155,6 +156,11 @@ def _refusal_reason(plan: Plan, now) -> str | None:
         return "the action's definition changed after the preview"
     if plan.target.get("base_url") != action.connector.base_url:
         return "the connector's address changed after the preview"
+    # Who may decide: the stored requirement is the fingerprinted one and the decision
+    # rules in force still give it (the approvals are checked against it when spent).
+    problem = claim_refusal(plan)
+    if problem:
+        return problem
     # Signed approvals are verified again here, from the stored assertions and the
     # registered public keys: a row written straight into the database fails.
     problem = plan_signature_problem(plan)

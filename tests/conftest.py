@@ -25,6 +25,15 @@ from tests.oidc.support import CLIENT_SECRET as OIDC_CLIENT_SECRET
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_CATALOG = ROOT / "demo" / "catalog.yaml"
+
+
+def demo_catalog_text(*, decision_rules: bool = False) -> str:
+    """The demo catalog's text, without its ``reviewers:`` section (the decision rules)
+    unless asked for: the suite's plans keep their class defaults."""
+    text = DEMO_CATALOG.read_text()
+    return text if decision_rules else text.split("\nreviewers:\n")[0] + "\n"
+
+
 READ_TOKEN = "test-read-" + uuid.uuid4().hex
 WRITE_TOKEN = "test-write-" + uuid.uuid4().hex
 # The demo upstream's OAuth2 client (POST /oauth/token); the access tokens it issues are
@@ -152,7 +161,13 @@ def demo_catalog_document(upstream_server, django_db_setup, django_db_blocker) -
     from actions.catalog import catalog_document
 
     with django_db_blocker.unblock():
-        return catalog_document(DEMO_CATALOG.read_text(), base_urls={"demo": upstream_server.url})
+        document = catalog_document(
+            DEMO_CATALOG.read_text(), base_urls={"demo": upstream_server.url}
+        )
+    # The suite's plans keep the class defaults; tests of decision rules load the demo's
+    # (tests/approvals/test_decision_rules.py) or their own.
+    document.pop("reviewers", None)
+    return document
 
 
 @pytest.fixture

@@ -85,3 +85,29 @@ class NotEligible(CountersignError):
     status = 409
     type = "not-eligible"
     title = "The target is not in a state this action applies to"
+
+
+class NoOneCanDecide(CountersignError):
+    """The plan's decision rules name a threshold no active person can fill: refused at
+    submission rather than left to expire in a queue nobody can act on."""
+
+    status = 409
+    type = "no-one-can-decide"
+    title = "No one can approve this plan"
+
+
+class NotEligibleToDecide(NotAllowed):
+    """A reviewer outside every group the plan's requirement names."""
+
+    status = 403
+    type = "not-eligible-to-decide"
+    title = "You cannot decide this plan"
+
+
+class DecisionRulesChanged(CountersignError):
+    """The decision rules in force give the plan another requirement than the one it
+    was proposed (and fingerprinted) under."""
+
+    status = 409
+    type = "decision-rules-changed"
+    title = "The decision rules changed since this plan was proposed"

@@ -31,6 +31,7 @@ from actions.lib.problems import PROBLEM_CONTENT_TYPE, current_correlation_id, p
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
+from ..decisions.requirements import plan_requirement_answer
 from ..identity.requester import HEADER as ON_BEHALF_OF
 from ..identity.requester import requester_from_sources
 from ..models import Attempt, Plan, PlanStatus
@@ -423,6 +424,7 @@ def plan_out(plan: Plan) -> dict[str, Any]:
             "weak": bool(plan.precondition.get("weak", False)),
         },
         "approvals_required": plan.required_approvals,
+        "requirement": plan_requirement_answer(plan) or None,
         **approval_source(plan),
         "requester": requester_out(plan.requester),
         "review_url": plan.review_url,

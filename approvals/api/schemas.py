@@ -157,6 +157,36 @@ class RequesterOut(Schema):
     groups: list[str]
 
 
+class ThresholdOut(Schema):
+    group: str
+    count: int
+    approved: int = Field(description="Approvals counted toward this threshold so far.")
+
+
+class ClauseOut(Schema):
+    any_of: list[ThresholdOut]
+    met: bool
+
+
+class ThresholdNeeded(Schema):
+    group: str
+    count: int
+
+
+class ClauseNeeded(Schema):
+    any_of: list[ThresholdNeeded]
+
+
+class RequirementOut(Schema):
+    """Who may decide (docs/api.md, 'Who decides'): every clause of ``all_of`` must be
+    met, a clause by any one of its thresholds; distinct people, each counted once."""
+
+    rules: list[str] = Field(description="The catalog's decision rules that applied.")
+    all_of: list[ClauseOut]
+    met: bool
+    missing: list[ClauseNeeded]
+
+
 class PlanOut(Schema):
     id: UUID
     action: str
@@ -170,6 +200,11 @@ class PlanOut(Schema):
     preview: PreviewOut
     precondition: PreconditionOut
     approvals_required: int
+    requirement: RequirementOut | None = Field(
+        default=None,
+        description="The decision rules' requirement: which groups must approve, what is "
+        "met and what is missing. Null when no rule matched (approvals_required applies).",
+    )
     approved_by: Literal["reviewers", "session_grant"] | None = Field(
         default=None,
         description="How the plan was approved: by reviewers' decisions, by a session "

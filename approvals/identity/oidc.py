@@ -54,6 +54,7 @@ from actions.lib.actors import SYSTEM
 from actions.lib.audit import audit_record
 from actions.lib.exceptions import CountersignError
 
+from ..decisions.requirements import decision_groups_sync
 from ..models import OidcIdentity
 from ..services import reviewers_group_ensure
 
@@ -350,6 +351,8 @@ class ReviewerOIDCBackend(OIDCAuthenticationBackend):
                 user.groups.add(group)
             elif was and not reviewer:
                 user.groups.remove(group)
+            # The decision rules' groups follow the claim too (approvals/decisions).
+            decision_groups = decision_groups_sync(user, _groups(claims))
             OidcIdentity.objects.filter(pk=identity.pk).update(last_login_at=timezone.now())
             audit_record(
                 kind="reviewer.signed_in_sso",
@@ -359,6 +362,7 @@ class ReviewerOIDCBackend(OIDCAuthenticationBackend):
                     "created": created,
                     "reviewer": reviewer,
                     "reviewer_changed": reviewer != was,
+                    "decision_groups": decision_groups,
                 },
             )
         return user

@@ -181,6 +181,9 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
         ("Expires", local_datetime(doc["expires_at"])),
         ("Review", f"<{doc['review_url']}>"),
     ]
+    requirement = doc.get("requirement")
+    if requirement:
+        rows.insert(4, ("Who decides", _requirement_cell(requirement)))
     lines += ["", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows]
     outcome = doc.get("outcome")
     if outcome:
@@ -281,3 +284,16 @@ def card_markdown(action: Action) -> str:
         markdown_block(json.dumps(out["input_schema"], indent=2, sort_keys=True)),
     ]
     return "\n".join(lines)
+
+
+def _requirement_cell(requirement: dict[str, Any]) -> str:
+    """``1 of billing-approvers: 0 of 1 · rules invoices`` (groups and counts only)."""
+    clauses = [
+        " or ".join(
+            f"{markdown_code(t['group'])}: {t['approved']} of {t['count']}" for t in c["any_of"]
+        )
+        for c in requirement["all_of"]
+    ]
+    met = "met" if requirement["met"] else "not met yet"
+    rules = ", ".join(markdown_code(r) for r in requirement["rules"])
+    return f"{'; '.join(clauses)} ({met}; rules {rules})"

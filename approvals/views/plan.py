@@ -32,6 +32,7 @@ from actions.lib.exceptions import CountersignError, InvalidInput, NotFound
 from actions.preview import diff
 from actions.spec import VERIFIABLE_KINDS
 
+from ..decisions.requirements import plan_requirement_answer, reviewer_groups
 from ..diffs import only_version_moved
 from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshness
 from ..identity.passkeys import plan_needs_signature
@@ -205,6 +206,9 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
     if request.htmx and request.GET.get("seen") == seen:
         return HttpResponse(status=204)
     superseded_by = plan_newest_revision(plan)
+    requirement = plan_requirement_answer(plan)
+    if requirement and not reviewer_groups(plan, request.user):
+        decidable = False
     live = plan.status in PlanStatus.in_flight() or plan.status == PlanStatus.PENDING
     context = {
         "plan": plan,
@@ -215,7 +219,13 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "target_id": target_id(plan),
         "approvals": approvals,
         "approved_by": approved_by,
-        "approvals_missing": max(0, plan.required_approvals - len(approved_by)),
+        "approvals_missing": max(0, plan.required_approvals - len(approved_by))
+        if not requirement
+        else 0,
+        # Who decides (approvals/decisions): groups and counts, and whether this reader
+        # is in one of the groups.
+        "requirement": requirement,
+        "may_decide": not requirement or bool(reviewer_groups(plan, request.user)),
         "already_decided": any(a.reviewer_id == request.user.id for a in approvals),
         "requester_label": requester_label(plan.requester),
         "you_requested": is_requester(plan.requester, request.user),

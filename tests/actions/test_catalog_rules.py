@@ -92,7 +92,10 @@ def test_rules_need_exactly_one_comparison(catalog):
         action["scope"] = [{"pointer": "/workspace", "equals": "a", "in": ["a"]}]
 
     assert refused_with(catalog, mutate) == {
-        f"{ACTION}/scope/0": "a rule needs exactly one of: equals, in, not_in, equals_agent"
+        f"{ACTION}/scope/0": (
+            "a rule needs exactly one of: equals, in, not_in, equals_agent, above, below, "
+            "at_least, at_most"
+        )
     }
 
 

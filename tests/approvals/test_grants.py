@@ -21,7 +21,7 @@ from actions.lib.models import AuditEvent
 from approvals.grants import grant_create, grant_revoke
 from approvals.models import Approval, Plan, PlanStatus, SessionGrant
 from approvals.services import approval_record, plan_submit
-from tests.conftest import DEMO_CATALOG
+from tests.conftest import demo_catalog_text
 
 MEMO = "update_invoice_memo"
 
@@ -213,7 +213,7 @@ def test_plans_needing_two_approvers_are_never_covered(make_grant, make_plan, up
     from actions.catalog import load_catalog
 
     make_grant()
-    text = DEMO_CATALOG.read_text().replace(
+    text = demo_catalog_text().replace(
         "approval: {session_grant: true}", "approval: {session_grant: true, approvers: 2}"
     )
     load_catalog(text, base_urls={"demo": upstream.url})

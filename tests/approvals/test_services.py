@@ -41,7 +41,7 @@ from approvals.lifecycle import plan_transition, plans_expire
 from approvals.models import TRANSITIONS, Approval, Plan, PlanStatus
 from approvals.services import approval_record, plan_cancel
 from approvals.wakeups import is_wakeup
-from tests.conftest import DEMO_CATALOG
+from tests.conftest import demo_catalog_text
 
 
 @pytest.fixture
@@ -248,7 +248,7 @@ def test_one_deny_ends_a_two_approver_plan(make_plan, reviewer, second_reviewer,
 
 def test_an_action_redefined_after_the_preview_cannot_be_approved(make_plan, reviewer, decide):
     plan = make_plan()
-    document = yaml.safe_load(DEMO_CATALOG.read_text())
+    document = yaml.safe_load(demo_catalog_text())
     document["actions"]["update_contact_email"]["title"] = "Update an email (v2)"
     load_catalog(yaml.safe_dump(document))
     with pytest.raises(ActionChanged):
@@ -279,7 +279,7 @@ def test_a_disabled_action_cannot_be_approved(make_plan, reviewer, decide):
 
 def test_a_redefined_action_can_still_be_denied(make_plan, reviewer, decide):
     plan = make_plan()
-    document = yaml.safe_load(DEMO_CATALOG.read_text())
+    document = yaml.safe_load(demo_catalog_text())
     document["actions"]["update_contact_email"]["title"] = "Update an email (v2)"
     load_catalog(yaml.safe_dump(document))
     decide(plan, reviewer, "deny")

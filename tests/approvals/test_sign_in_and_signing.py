@@ -15,7 +15,7 @@ from actions.lib.models import AuditEvent
 from approvals.identity.passkeys import approval_challenge, plan_signature_problem
 from approvals.models import Approval, PlanStatus
 from approvals.services import approval_record
-from tests.conftest import DEMO_CATALOG
+from tests.conftest import demo_catalog_text
 
 SSO = {
     "COUNTERSIGN_OIDC": True,
@@ -65,7 +65,7 @@ def test_the_challenge_binds_plan_fingerprint_decision_and_nonce():
 def signed_catalog(catalog, upstream):
     """The demo catalog loaded where irreversible approvals must be signed, and with one
     reversible action that asks for signatures itself."""
-    document = yaml.safe_load(DEMO_CATALOG.read_text())
+    document = yaml.safe_load(demo_catalog_text())
     document["actions"]["update_contact_email"]["approval"] = {
         "signed": True,
         "session_grant": True,

@@ -5,6 +5,7 @@ import secrets
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
@@ -12,6 +13,27 @@ from actions.models import Action, Agent, Connector, Credential
 from actions.services import agent_create, credential_set
 from actions.tokens import new_token
 from approvals.services import reviewers_group_ensure
+
+# The groups demo/catalog.yaml's decision rules name; both demo people are in both.
+DEMO_GROUPS = ("billing-approvers", "support-leads")
+
+
+def _demo_person(username: str, password: str, groups: tuple[str, ...]):
+    """A demo reviewer in the decision rules' groups, who may also use the admin for the
+    catalog and approvals apps. Not a superuser: a superuser decides nothing by being
+    one (docs/security.md, "Who decides")."""
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    user.set_password(password)
+    user.is_staff = True
+    user.is_superuser = False
+    user.save()
+    user.groups.add(reviewers_group_ensure()[0])
+    for name in groups:
+        user.groups.add(Group.objects.get_or_create(name=name)[0])
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label__in=["actions", "approvals"])
+    )
+    return user
 
 
 class Command(BaseCommand):
@@ -31,14 +53,12 @@ class Command(BaseCommand):
         read_token = os.environ.get("DEMO_UPSTREAM_READ_TOKEN", "demo-read-token")
         write_token = os.environ.get("DEMO_UPSTREAM_WRITE_TOKEN", "demo-write-token")
         password = secrets.token_urlsafe(12)
+        second, second_password = f"{username}2", secrets.token_urlsafe(12)
         with transaction.atomic():
-            User = get_user_model()
-            user, _ = User.objects.get_or_create(username=username)
-            user.set_password(password)
-            user.is_staff = True
-            user.is_superuser = True
-            user.save()
-            user.groups.add(reviewers_group_ensure()[0])
+            _demo_person(username, password, DEMO_GROUPS)
+            # A second person, so that a plan needing two people (a deletion: a support
+            # lead and a billing approver, or two reviewers) can be decided in the demo.
+            _demo_person(second, second_password, DEMO_GROUPS)
             credential_set(
                 connector=conn,
                 role=Credential.Role.READ,
@@ -65,6 +85,7 @@ class Command(BaseCommand):
             # Scope rules compare targets with this (see update_contact_phone).
             Agent.objects.filter(pk=agent.pk).update(attributes={"workspace": "ws-blue"})
         self.stdout.write(f"Reviewer login: {username} / {password}")
+        self.stdout.write(f"Second reviewer: {second} / {second_password}")
         self.stdout.write(f"Demo agent token: {token}")
         self.stdout.write(
             "Try: curl -s -H 'Authorization: Bearer <token>' -H 'Content-Type: application/json' "
