@@ -290,3 +290,77 @@ def test_a_provider_that_refuses_a_scope_is_explained_and_logged_in_one_line(
     assert "1 single sign-on refused in the last 24 hours." in notice.inner_text()
     assert page.get_by_test_id("sign-in-provider-error").inner_text() == "invalid_scope"
     assert "scope not offered: groups" in notice.inner_text()
+
+
+def test_the_groups_claim_decides_who_may_decide_an_invoice(chromium, sso, agent_api, upstream):
+    """The demo's rule gives invoices to billing-approvers; membership comes from the
+    provider's groups claim at sign-in. A support lead is refused (403, audited, nothing
+    decided); a billing approver approves and the invoice is sent."""
+    import json
+
+    import yaml
+
+    from actions.catalog import load_catalog
+    from tests.conftest import demo_catalog_text
+
+    section = yaml.safe_load(demo_catalog_text(decision_rules=True))["reviewers"]
+    load_catalog(json.dumps({"version": 1, "reviewers": section}))
+
+    bill = sso_page(chromium, sso)
+    sign_in_at_provider(bill, "bill-sso")
+    bill.wait_for_url(f"{sso['url']}/plans/")
+    lena = sso_page(chromium, sso)
+    sign_in_at_provider(lena, "lena-sso")
+    lena.wait_for_url(f"{sso['url']}/plans/")
+
+    created = agent_api.http.post(
+        "/plans", json={"action": "send_invoice", "input": {"invoice_id": "inv-2001"}}
+    )
+    assert created.status_code == 201, created.text
+    plan = created.json()
+
+    lena.goto(f"/plans/{plan['id']}/")
+    assert lena.get_by_test_id("cannot-decide").is_visible()
+    assert lena.locator("#approve").count() == 0
+    csrf = lena.locator("input[name=csrfmiddlewaretoken]").first.get_attribute("value")
+    refused = lena.request.post(
+        f"{sso['url']}/plans/{plan['id']}/decide",
+        form={
+            "decision": "approve",
+            "fingerprint": plan["fingerprint"],
+            "csrfmiddlewaretoken": csrf,
+        },
+        headers={"Referer": f"{sso['url']}/plans/{plan['id']}/"},
+    )
+    assert refused.status == 403
+
+    def refusal_recorded():
+        from actions.lib.models import AuditEvent
+
+        assert decisions_and_state(plan["id"]) == (0, "awaiting_approval")
+        event = AuditEvent.objects.get(plan_id=plan["id"], kind="approval.not_eligible")
+        assert event.actor == "user:lena-sso"
+
+    orm(refusal_recorded)
+
+    bill.goto(f"/plans/{plan['id']}/")
+    bill.locator("#approve").click()  # labelled by the action: "Send invoice inv-2001"
+    bill.get_by_test_id("plan-status").filter(has_text="Completed").wait_for(timeout=15_000)
+    assert agent_api.get(plan["id"])["status"] == "completed"
+
+    def memberships():
+        from django.contrib.auth import get_user_model
+
+        from approvals.models import Approval
+
+        users = get_user_model().objects
+        assert set(users.get(username="bill-sso").groups.values_list("name", flat=True)) == {
+            "reviewers",
+            "billing-approvers",
+        }
+        assert users.get(username="lena-sso").groups.filter(name="support-leads").exists()
+        approval = Approval.objects.get(plan_id=plan["id"])
+        assert approval.reviewer.username == "bill-sso"
+        assert approval.counted_for == "billing-approvers"
+
+    orm(memberships)

@@ -29,6 +29,9 @@ const GROUPS = {
   'ray-sso': ['reviewers'],
   'olga-sso': ['staff'],
   'ada-sso': ['reviewers', 'billing'],
+  // Decision rules' groups (tests/e2e/test_sso.py): who may decide an invoice.
+  'bill-sso': ['reviewers', 'billing-approvers'],
+  'lena-sso': ['reviewers', 'support-leads'],
 };
 
 const profile = ['preferred_username', 'given_name', 'family_name'];
