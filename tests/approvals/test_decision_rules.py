@@ -312,3 +312,42 @@ def test_the_groups_claim_decides_membership_of_the_rules_groups(rules):
     assert set(user.groups.values_list("name", flat=True)) == {"billing-approvers", "unrelated"}
     assert decision_groups_sync(user, set()) == []
     assert set(user.groups.values_list("name", flat=True)) == {"unrelated"}
+
+
+# --- the demo ------------------------------------------------------------------------------------
+
+
+def test_the_demo_people_decide_every_demo_plan_and_are_not_superusers(
+    rules, make_plan, decide, monkeypatch
+):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from tests.conftest import READ_TOKEN, WRITE_TOKEN
+
+    monkeypatch.setenv("DEMO_UPSTREAM_READ_TOKEN", READ_TOKEN)
+    monkeypatch.setenv("DEMO_UPSTREAM_WRITE_TOKEN", WRITE_TOKEN)
+    out = StringIO()
+    call_command("demo_setup", stdout=out)
+    printed = out.getvalue()
+    assert "Reviewer login: reviewer / " in printed
+    assert "Second reviewer: reviewer2 / " in printed
+    users = get_user_model().objects
+    first, second = users.get(username="reviewer"), users.get(username="reviewer2")
+    for user in (first, second):
+        assert not user.is_superuser and user.is_staff
+        assert set(user.groups.values_list("name", flat=True)) == {
+            "reviewers",
+            "billing-approvers",
+            "support-leads",
+        }
+    # The all_of deletion: one of them fills each threshold.
+    plan = make_plan("delete_contact", DELETE)
+    decide(plan, first)
+    assert fresh(plan).status == PlanStatus.AWAITING_APPROVAL
+    decide(plan, second)
+    assert fresh(plan).status == PlanStatus.APPROVED
+    invoice = send_invoice_plan(make_plan)
+    decide(invoice, first)
+    assert fresh(invoice).status == PlanStatus.APPROVED
