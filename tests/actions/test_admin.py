@@ -797,3 +797,37 @@ def test_the_import_page_shows_reads_their_results_and_checks(client, catalog):
         "action": "get_job",
         "input": {"job_id": {"$result": "id"}},
     }
+
+
+def test_decision_rules_are_shown_read_only(client, catalog):
+    import json
+
+    import yaml
+
+    from actions.catalog import load_catalog
+    from actions.models import DecisionRule
+    from tests.conftest import demo_catalog_text
+
+    section = yaml.safe_load(demo_catalog_text(decision_rules=True))["reviewers"]
+    load_catalog(json.dumps({"version": 1, "reviewers": section}))
+    listing = client.get(reverse("admin:actions_decisionrule_changelist")).content.decode()
+    assert "deleting-a-contact" in listing
+    assert (
+        "1 of billing-approvers and 1 of support-leads" in listing
+        or "1 of support-leads and 1 of billing-approvers" in listing
+    )
+    rule = DecisionRule.objects.get(name="invoices-are-billings")
+    page = client.get(change_url("decisionrule", rule.pk))
+    assert page.status_code == 200
+    assert "billing-approvers" in page.content.decode()
+    assert client.get(reverse("admin:actions_decisionrule_add")).status_code == 403
+    digest = rule.digest
+    client.post(change_url("decisionrule", rule.pk), {"name": "renamed"})
+    assert DecisionRule.objects.get(pk=rule.pk).digest == digest
+    assert (
+        client.post(
+            reverse("admin:actions_decisionrule_delete", args=[rule.pk]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
+    assert DecisionRule.objects.filter(pk=rule.pk).exists()
