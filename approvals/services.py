@@ -750,7 +750,11 @@ def approval_record(
                 data={"reason": "the reviewer is the person the plan was requested for"},
             )
             failure = RequesterMayNotApprove(REQUESTER_REFUSAL)
-        elif (refusal := decision_refusal(plan, reviewer)) is not None:
+        elif (
+            refusal := decision_refusal(
+                plan, reviewer, approving=decision == Approval.Decision.APPROVE
+            )
+        ) is not None:
             # Who may decide (approvals/decisions): outside the plan's groups, or the
             # rules changed since it was proposed. Audited; nothing is decided.
             error, why, kind = refusal

@@ -167,11 +167,15 @@ def reviewer_groups(plan: Plan, reviewer) -> list[str]:
     return sorted(reviewer.groups.filter(name__in=groups).values_list("name", flat=True))
 
 
-def decision_refusal(plan: Plan, reviewer) -> tuple[type[Exception], str, str] | None:
+def decision_refusal(
+    plan: Plan, reviewer, *, approving: bool = True
+) -> tuple[type[Exception], str, str] | None:
     """Why ``reviewer`` may not decide ``plan`` now: (exception, reason, audit kind), or
-    None. A plan without a requirement is decided by any reviewer, as before."""
+    None. A plan without a requirement is decided by any reviewer, as before. Only an
+    approval needs the rules in force to still give the plan its requirement: a denial
+    sends nothing, and is decided by the plan's own groups."""
     requirement = plan_policy_requirement(plan)
-    current = plan_requirement_current(plan)
+    current = plan_requirement_current(plan) if approving else requirement
     if current != requirement:
         return (
             DecisionRulesChanged,

@@ -301,3 +301,16 @@ def test_any_of_is_one_lead_or_two_members():
         any_of, [("a", {"billing-approvers"}), ("b", {"billing-approvers"})]
     ).met
     assert not requirement_assess(any_of, [("a", set())]).met
+
+
+def test_the_documented_section_loads_beside_the_demo_catalog(catalog):
+    from tests.actions.test_catalog_docs import block
+
+    report = load_catalog("version: 1\n" + block("reviewers"), source="docs/catalog.md")
+    assert report.decision_rules == [
+        "deleting-a-contact",
+        "invoices-are-billings",
+        "large-invoices",
+    ]
+    large = DecisionRule.objects.get(name="large-invoices").definition
+    assert large["match"]["before"] == [{"pointer": "/amount", "above": "1000.00"}]

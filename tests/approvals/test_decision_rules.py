@@ -214,6 +214,11 @@ def test_rules_changed_since_submission_refuse_the_decision(make_plan, billing, 
     assert "the agent must propose again" in str(info.value)
     assert not plan.approvals.exists()
     assert AuditEvent.objects.filter(kind="approval.rules_changed", plan_id=plan.id).exists()
+    # Denying sends nothing: the plan's own groups still may.
+    with pytest.raises(NotEligibleToDecide):
+        decide(plan, lead, "deny")
+    decide(plan, billing, "deny")
+    assert fresh(plan).status == PlanStatus.DENIED
 
 
 def test_the_registrar_never_approves_alone_under_a_rule(agent, make_plan, billing, lead, decide):
