@@ -560,6 +560,17 @@ def _on_behalf_of(
     return (meta.get(ON_BEHALF_OF_META), header)
 
 
+def _unexpected(exc: Exception, *, where: str) -> str:
+    """Inside an ``except``: a database outage becomes the UNAVAILABLE error (raised);
+    anything else is logged with its traceback and a correlation id, which is returned
+    for the caller's answer."""
+    if database_unavailable(exc):
+        raise unavailable_error(exc, where=where) from None
+    correlation_id = current_correlation_id()
+    log.exception("%s: an unexpected error, correlation id %s", where, correlation_id)
+    return correlation_id
+
+
 def _plan_status(plan_id: uuid.UUID) -> str | None:
     return Plan.objects.filter(id=plan_id).values_list("status", flat=True).first()
 
@@ -676,10 +687,7 @@ def build_server(
         except MCPError:
             raise
         except Exception as exc:
-            if database_unavailable(exc):
-                raise unavailable_error(exc, where="MCP tools/call") from None
-            correlation_id = current_correlation_id()
-            log.exception("MCP tool error, correlation id %s", correlation_id)
+            correlation_id = _unexpected(exc, where="MCP tools/call")
             return error_result(
                 _Internal("an unexpected error; nothing upstream was touched"),
                 consequence="Quote the correlation id to an administrator.",
@@ -884,14 +892,13 @@ def build_server(
         if params.name in RESERVED_NAMES:
             return await call_next(ctx)  # not task tools (taskSupport forbidden)
         try:
-            result, plan = await call(propose, ctx, params.name, dict(params.arguments or {}))
+            result, plan = await call(
+                propose, ctx, params.name, dict(params.arguments or {}), _on_behalf_of(ctx, params)
+            )
         except MCPError:
             raise
         except Exception as exc:
-            if database_unavailable(exc):
-                raise unavailable_error(exc, where="MCP tools/call (task)") from None
-            correlation_id = current_correlation_id()
-            log.exception("MCP task call error, correlation id %s", correlation_id)
+            correlation_id = _unexpected(exc, where="MCP tools/call (task)")
             raise MCPError(
                 code=types.INTERNAL_ERROR,
                 message=f"Something went wrong on our side; correlation id {correlation_id}",

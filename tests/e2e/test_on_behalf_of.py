@@ -233,3 +233,50 @@ def test_over_mcp_http_the_header_works_too_and_two_different_tokens_are_refused
     assert both.is_error
     assert "two different ID tokens were sent" in both.structured_content["detail"]
     assert plans_made() == before + 1
+
+
+def test_a_task_augmented_call_of_the_handshake_era_carries_the_person_too(
+    sso, ada, agent_token, upstream
+):
+    """A 2025-11-25 client asking for a task (the TypeScript SDK 1.x) sends the same
+    ``_meta``: the plan its task stands for is on behalf of the person, and an expired
+    token makes no plan. Without the token the task's plan would be the agent's alone,
+    and the person could approve their own request."""
+    from approvals.models import Plan
+
+    _, token = ada
+    expired = sso["token_endpoint"].resign(token, "expired")
+
+    def task_call(email: str, person_token: str) -> httpx.Response:
+        return httpx.post(
+            sso["url"] + "/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {
+                    "name": "update_contact_email",
+                    "arguments": {"contact_id": "c-1001", "email": email, "reason": "asked"},
+                    "task": {"ttl": 60000},
+                    "_meta": {"countersign/on-behalf-of": person_token},
+                },
+            },
+            headers={
+                "Accept": "application/json, text/event-stream",
+                "Authorization": f"Bearer {agent_token}",
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+            timeout=30,
+        )
+
+    before = plans_made()
+    answer = task_call("task@asked.example", token)
+    assert answer.status_code == 200, answer.text
+    task = answer.json()["result"]["task"]
+    plan = orm(lambda: Plan.objects.get(pk=task["taskId"]))
+    assert plan.requester["sub"] == PERSON
+
+    refused = task_call("task-refused@asked.example", expired)
+    assert "error" in refused.json(), refused.text
+    assert "the ID token has expired" in refused.json()["error"]["message"]
+    assert plans_made() == before + 1
