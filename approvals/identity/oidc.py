@@ -26,7 +26,6 @@ What this module adds, because a reviewer's identity decides who may approve:
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import time
@@ -57,6 +56,7 @@ from actions.lib.exceptions import CountersignError
 from ..decisions.requirements import decision_groups_sync
 from ..models import OidcIdentity
 from ..services import reviewers_group_ensure
+from .provider import provider_json
 
 logger = logging.getLogger(__name__)
 
@@ -195,28 +195,8 @@ def _read_scopes(url: str) -> tuple[bool, frozenset[str] | None]:
     and TLS settings of every other call to the provider, no redirect, at most
     DISCOVERY_MAX_BYTES; a body still arriving after twice OIDC_TIMEOUT is given up (each
     read waits at most OIDC_TIMEOUT, so three times it at the very most)."""
-    timeout = settings.OIDC_TIMEOUT
-    deadline = time.monotonic() + 2 * timeout
     try:
-        with requests.get(
-            url,
-            timeout=timeout,
-            allow_redirects=False,
-            stream=True,
-            verify=getattr(settings, "OIDC_VERIFY_SSL", True),
-            proxies=getattr(settings, "OIDC_PROXY", None),
-            headers={"Accept": "application/json"},
-        ) as response:
-            if response.status_code != 200:
-                raise ValueError(f"status {response.status_code}")
-            body = bytearray()
-            for chunk in response.iter_content(64 * 1024):
-                body += chunk
-                if len(body) > DISCOVERY_MAX_BYTES:
-                    raise ValueError(f"larger than {DISCOVERY_MAX_BYTES} bytes")
-                if time.monotonic() > deadline:
-                    raise ValueError("too slow")
-        document = json.loads(body)
+        document = provider_json(url, max_bytes=DISCOVERY_MAX_BYTES)
     except (requests.RequestException, ValueError) as exc:
         # The error's text may quote the answer: its type or our own words only.
         why = str(exc) if type(exc) is ValueError else type(exc).__name__

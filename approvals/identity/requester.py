@@ -25,7 +25,6 @@ the first three in its fingerprint. A plan without a token is the agent's alone.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -41,6 +40,7 @@ from django.utils.encoding import smart_str
 from actions.lib.exceptions import CountersignError, NotAllowed
 
 from ..models import Approval, OidcIdentity
+from .provider import provider_json
 
 logger = logging.getLogger(__name__)
 
@@ -108,27 +108,7 @@ _keys_lock = threading.Lock()
 def _read_jwks(url: str) -> list[dict]:
     """The provider's JWKS: one GET, no redirect, the sign-in's timeout, TLS and proxy
     settings, at most JWKS_MAX_BYTES and twice OIDC_TIMEOUT for the body."""
-    timeout = settings.OIDC_TIMEOUT
-    deadline = time.monotonic() + 2 * timeout
-    with requests.get(
-        url,
-        timeout=timeout,
-        allow_redirects=False,
-        stream=True,
-        verify=getattr(settings, "OIDC_VERIFY_SSL", True),
-        proxies=getattr(settings, "OIDC_PROXY", None),
-        headers={"Accept": "application/json"},
-    ) as response:
-        if response.status_code != 200:
-            raise ValueError(f"status {response.status_code}")
-        body = bytearray()
-        for chunk in response.iter_content(64 * 1024):
-            body += chunk
-            if len(body) > JWKS_MAX_BYTES:
-                raise ValueError(f"larger than {JWKS_MAX_BYTES} bytes")
-            if time.monotonic() > deadline:
-                raise ValueError("too slow")
-    document = json.loads(body)
+    document = provider_json(url, max_bytes=JWKS_MAX_BYTES)
     keys = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(keys, list):
         raise ValueError("no keys")
