@@ -128,6 +128,20 @@ class ConnectorForm(forms.ModelForm):
         return cleaned
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """A table the admin shows and never changes: its rows are written by a service
+    (a catalog load, a plan's transitions, a grant), so that every change is recorded."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Connector)
 class ConnectorAdmin(admin.ModelAdmin):
     form = ConnectorForm
@@ -645,7 +659,7 @@ def _as_list(value: Any) -> list[Any]:
 
 
 @admin.register(ActionVersion)
-class ActionVersionAdmin(admin.ModelAdmin):
+class ActionVersionAdmin(ReadOnlyAdmin):
     """Every definition an action has had; written only by action_define."""
 
     list_display = ["action", "version", "changed_by", "changed_at", "digest_short"]
@@ -663,18 +677,9 @@ class ActionVersionAdmin(admin.ModelAdmin):
     def definition_yaml(self, obj: ActionVersion) -> str:
         return format_html("<pre>{}</pre>", definition_text(obj.definition))
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(DecisionRule)
-class DecisionRuleAdmin(admin.ModelAdmin):
+class DecisionRuleAdmin(ReadOnlyAdmin):
     """The catalog's decision rules (``reviewers:``), read-only: they are changed by
     loading a catalog file, so that they are reviewed, versioned and exported as code."""
 
@@ -690,15 +695,6 @@ class DecisionRuleAdmin(admin.ModelAdmin):
     @admin.display(description="definition")
     def definition_yaml(self, obj: DecisionRule) -> str:
         return format_html("<pre>{}</pre>", definition_text(obj.definition))
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 # --- agents --------------------------------------------------------------------------

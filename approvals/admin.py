@@ -4,6 +4,7 @@ from django import forms
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
+from actions.admin import ReadOnlyAdmin
 from actions.lib.models import AuditEvent
 
 from .identity.passkeys import passkey_revoke
@@ -11,7 +12,7 @@ from .models import NotificationTarget, OidcIdentity, Passkey, Plan, SessionGran
 
 
 @admin.register(Plan)
-class PlanAdmin(admin.ModelAdmin):
+class PlanAdmin(ReadOnlyAdmin):
     """Read-only: plans change state only through services."""
 
     list_display = ["id", "action", "agent", "status", "consequence_class", "created_at"]
@@ -19,35 +20,17 @@ class PlanAdmin(admin.ModelAdmin):
     list_select_related = ["action", "agent"]
     search_fields = ["action__name", "agent__name", "fingerprint"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["id", "at", "kind", "actor", "plan"]
     list_filter = ["kind"]
     list_select_related = ["plan__action"]
     search_fields = ["kind", "actor", "fingerprint"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(SessionGrant)
-class SessionGrantAdmin(admin.ModelAdmin):
+class SessionGrantAdmin(ReadOnlyAdmin):
     """Read-only: grants are made and revoked on the reviewers' grants page, where the
     eligibility, duration and audit rules live (approvals.grants)."""
 
@@ -68,15 +51,6 @@ class SessionGrantAdmin(admin.ModelAdmin):
         "revoked_at",
         "revoked_by",
     ]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class NotificationTargetForm(forms.ModelForm):

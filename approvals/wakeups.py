@@ -356,27 +356,40 @@ async def _close(pubsub, client) -> None:
         await client.aclose()
 
 
-_watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Watcher] = (
-    weakref.WeakKeyDictionary()
-)
+class _PerLoop[T]:
+    """One ``factory()`` per event loop, made on first use and forgotten with the loop."""
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self) -> T:
+        loop = asyncio.get_running_loop()
+        found = self._by_loop.get(loop)
+        if found is None:
+            found = self._by_loop[loop] = self._factory()
+        return found
+
+    def pop(self) -> T | None:
+        return self._by_loop.pop(asyncio.get_running_loop(), None)
+
+
+_watchers = _PerLoop(Watcher)
 
 
 def watcher() -> Watcher:
     """This event loop's watcher (created on first use)."""
-    loop = asyncio.get_running_loop()
-    found = _watchers.get(loop)
-    if found is None:
-        found = _watchers[loop] = Watcher()
-    return found
+    return _watchers.get()
 
 
 async def shutdown() -> None:
     """Stop this loop's subscription (ASGI lifespan shutdown; tests)."""
-    loop = asyncio.get_running_loop()
-    found = _watchers.pop(loop, None)
+    found = _watchers.pop()
     if found is not None:
         await found.aclose()
-    agents = _agent_watchers.pop(loop, None)
+    agents = _agent_watchers.pop()
     if agents is not None:
         await agents.aclose()
 
@@ -615,18 +628,12 @@ class AgentWatcher:
                 pass
 
 
-_agent_watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AgentWatcher] = (
-    weakref.WeakKeyDictionary()
-)
+_agent_watchers = _PerLoop(AgentWatcher)
 
 
 def agent_watcher() -> AgentWatcher:
     """This event loop's agent watcher (created on first use)."""
-    loop = asyncio.get_running_loop()
-    found = _agent_watchers.get(loop)
-    if found is None:
-        found = _agent_watchers[loop] = AgentWatcher()
-    return found
+    return _agent_watchers.get()
 
 
 def agent_lease(token: str) -> contextlib.AbstractAsyncContextManager[AgentLease]:
