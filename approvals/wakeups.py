@@ -341,12 +341,15 @@ class Watcher:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await _stopped(task)
+
+
+async def _stopped(task: asyncio.Task | None) -> None:
+    """Cancel a watcher's loop and wait for it to end, whatever it ends with."""
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 async def _close(pubsub, client) -> None:
@@ -620,12 +623,7 @@ class AgentWatcher:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await _stopped(task)
 
 
 _agent_watchers = _PerLoop(AgentWatcher)

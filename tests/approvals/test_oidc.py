@@ -7,10 +7,7 @@ tests/e2e/test_sso.py.)"""
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -18,45 +15,23 @@ from django.test import override_settings
 
 from actions.lib.models import AuditEvent
 from approvals.identity import oidc
+from tests.oidc.support import JsonServer
 
 
-class Discovery:
+class Discovery(JsonServer):
     """A provider's /.well-known/openid-configuration, as this test wants it answered."""
 
+    path = oidc.DISCOVERY_PATH
+
     def __init__(self) -> None:
-        self.status = 200
-        self.document: dict = {"issuer": "", "scopes_supported": ["openid", "email", "profile"]}
-        self.body: bytes | None = None  # sent instead of the document
-        self.location = ""  # a redirect
-        self.requests = 0
-        discovery = self
+        super().__init__()
+        self.document: dict = {
+            "issuer": self.issuer,
+            "scopes_supported": ["openid", "email", "profile"],
+        }
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                discovery.requests += 1
-                if self.path != oidc.DISCOVERY_PATH:
-                    self.send_error(404)
-                    return
-                body = discovery.body or json.dumps(discovery.document).encode()
-                self.send_response(discovery.status)
-                if discovery.location:
-                    self.send_header("Location", discovery.location)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.document["issuer"] = self.issuer
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self) -> object:
+        return self.document
 
 
 @pytest.fixture

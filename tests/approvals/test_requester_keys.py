@@ -7,9 +7,7 @@ from the real OpenID provider: tests/e2e/test_on_behalf_of.py.)"""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jwt
 import pytest
@@ -19,6 +17,7 @@ from jwt.algorithms import RSAAlgorithm
 
 from approvals.identity import requester
 from approvals.identity.requester import OnBehalfOfRefused, requester_from_token
+from tests.oidc.support import JsonServer
 
 CLIENT_ID = "countersign-test"
 
@@ -29,30 +28,13 @@ def rsa_key(kid: str):
     return key, {**public, "kid": kid, "alg": "RS256", "use": "sig"}
 
 
-class Jwks:
+class Jwks(JsonServer):
     def __init__(self) -> None:
+        super().__init__()
         self.keys: list[dict] = []
-        self.body: bytes | None = None
-        self.status = 200
-        self.requests = 0
-        jwks = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                jwks.requests += 1
-                body = jwks.body or json.dumps({"keys": jwks.keys}).encode()
-                self.send_response(jwks.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answer(self) -> object:
+        return {"keys": self.keys}
 
     def token(self, key, kid: str, **claims) -> str:
         now = int(time.time())
@@ -69,10 +51,6 @@ class Jwks:
         }
         body = {k: v for k, v in body.items() if v is not None}  # None: left out
         return jwt.encode(body, key, algorithm="RS256", headers={"kid": kid})
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -198,6 +198,51 @@ class HostileTokenEndpoint:
         self._server.server_close()
 
 
+class JsonServer:
+    """A JSON document an identity provider publishes, served on 127.0.0.1 as a test wants
+    it answered: ``status``, ``body`` (bytes sent instead of ``answer()``), ``location``
+    (a redirect); ``requests`` counts the GETs. ``path``: the one path answered (404
+    elsewhere), or any path when None."""
+
+    path: str | None = None
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.body: bytes | None = None
+        self.location = ""
+        self.requests = 0
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                served.requests += 1
+                if served.path is not None and self.path != served.path:
+                    self.send_error(404)
+                    return
+                body = served.body or json.dumps(served.answer()).encode()
+                self.send_response(served.status)
+                if served.location:
+                    self.send_header("Location", served.location)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self) -> object:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def sign_in_without_a_browser(http: httpx.Client, start_url: str, login: str) -> httpx.Response:
     """A person signs in through the provider's development pages with ``http`` (its
     cookies kept): from ``start_url`` (Countersign's /accounts/oidc/start/) to the
