@@ -324,6 +324,10 @@ class Approval(models.Model):
     # this approval counts toward (an approval fills one threshold place only).
     groups = models.JSONField(default=list, db_default=[], blank=True)
     counted_for = models.CharField(max_length=150, blank=True, default="", db_default="")
+    # Break-glass (docs/security.md): a superuser outside the plan's groups decided, with
+    # a typed reason (``comment``). Such an approval fills any one threshold place; the
+    # floor still holds (not the requester's, one place only, signed where signing is on).
+    break_glass = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["created_at"]
@@ -337,6 +341,43 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} by {self.reviewer} on {self.plan_id}"
+
+
+class DecidingGroup(models.Model):
+    """A group that may decide a plan, and from when: one row per group of the plan's
+    requirement (approvals/decisions), written with the plan.
+
+    What is enforced is the requirement in the fingerprinted policy; these rows are what
+    the queries read: the queue's "mine to decide", who is notified, and the sweep that
+    announces an escalation when its time comes."""
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="deciding_groups")
+    group = models.CharField(max_length=150)
+    eligible_from = models.DateTimeField()
+    # An escalation's group (eligible only from ``eligible_from``), announced (audited and
+    # notified) by the sweeper at ``announced_at``.
+    escalation = models.BooleanField(default=False)
+    announced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["plan", "group", "eligible_from"], name="deciding_group_once"
+            ),
+        ]
+        indexes = [
+            # "Mine to decide": the plans a person's groups decide.
+            models.Index(fields=["group", "eligible_from"], name="deciding_group_by_name"),
+            # The sweep: escalations whose time has come and that nobody announced yet.
+            models.Index(
+                fields=["eligible_from"],
+                name="deciding_group_escalation_due",
+                condition=Q(escalation=True, announced_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} decides {self.plan_id} from {self.eligible_from:%Y-%m-%d %H:%M}"
 
 
 class Attempt(models.Model):

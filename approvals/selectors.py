@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -17,7 +17,8 @@ from actions.lib.exceptions import NotFound
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent
 
-from .models import Approval, Attempt, Plan, PlanStatus
+from .decisions.requirements import plan_requirement_answer
+from .models import Approval, Attempt, DecidingGroup, OidcIdentity, Plan, PlanStatus
 
 
 def actions_for_agent(agent: Agent) -> QuerySet[Action]:
@@ -44,6 +45,73 @@ def plan_for_agent(agent: Agent, plan_id: uuid.UUID | str) -> Plan:
     return plan
 
 
+# --- who sees what -------------------------------------------------------------------------
+#
+# A reviewer's own plans come first: the queue opens on "mine to decide", the plans a
+# person may decide now (approvals/decisions). Every other plan is visible, read-only, to
+# holders of the view permission (``approvals.view_plan``, which the reviewers group has by
+# default); without it, a person sees the plans their groups decide, the ones they decided
+# and the ones they requested, and no other.
+
+VIEW_PERMISSION = "approvals.view_plan"
+
+
+def sees_every_plan(user) -> bool:
+    return bool(user and user.is_active and user.has_perm(VIEW_PERMISSION))
+
+
+def _requested_by(user) -> Q | None:
+    """Plans proposed on behalf of ``user`` (their sign-in identity), or None."""
+    q = None
+    for issuer, subject in OidcIdentity.objects.filter(user=user).values_list("issuer", "subject"):
+        mine = Q(requester__iss=issuer, requester__sub=subject)
+        q = mine if q is None else q | mine
+    return q
+
+
+def _group_names(user) -> list[str]:
+    return list(user.groups.values_list("name", flat=True))
+
+
+def plans_visible(user, plans: QuerySet[Plan] | None = None) -> QuerySet[Plan]:
+    """The plans ``user`` may see (all of them with the view permission)."""
+    plans = Plan.objects.all() if plans is None else plans
+    if sees_every_plan(user):
+        return plans
+    visible = (
+        Q(requirement={})
+        | Exists(DecidingGroup.objects.filter(plan=OuterRef("pk"), group__in=_group_names(user)))
+        | Exists(Approval.objects.filter(plan=OuterRef("pk"), reviewer=user))
+    )
+    requested = _requested_by(user)
+    if requested is not None:
+        visible |= requested
+    return plans.filter(visible)
+
+
+def plans_mine(user, plans: QuerySet[Plan] | None = None, *, now=None) -> QuerySet[Plan]:
+    """The plans ``user`` may decide now: awaiting, under the class default or with one of
+    their groups eligible by now, not yet decided by them and not requested by them."""
+    plans = Plan.objects.all() if plans is None else plans
+    now = now or timezone.now()
+    eligible = Q(requirement={}) | Exists(
+        DecidingGroup.objects.filter(
+            plan=OuterRef("pk"), group__in=_group_names(user), eligible_from__lte=now
+        )
+    )
+    plans = plans.filter(eligible, status=PlanStatus.AWAITING_APPROVAL).exclude(
+        Exists(Approval.objects.filter(plan=OuterRef("pk"), reviewer=user))
+    )
+    requested = _requested_by(user)
+    if requested is not None:
+        plans = plans.filter(Q(requester__isnull=True) | ~requested)
+    return plans
+
+
+def plan_visible_to(user, plan_id) -> bool:
+    return sees_every_plan(user) or plans_visible(user, Plan.objects.filter(id=plan_id)).exists()
+
+
 # --- the review queue ---------------------------------------------------------------------
 
 QUEUE_PAGE_SIZE = 25
@@ -52,9 +120,21 @@ QUEUE_SORTS = {"newest": ("created_at", True), "urgent": ("expires_at", False)}
 EXPIRING_SOON = timedelta(minutes=10)
 
 
+QUEUE_VIEWS = ("mine", "all")
+
+
 def queue_filters(params) -> dict[str, str]:
     sort = params.get("sort", "newest")
+    view = params.get("view", "")
+    if view not in QUEUE_VIEWS:
+        # A filtered link from before the views existed means every plan, as it did.
+        view = (
+            "all"
+            if any(params.get(k) for k in ("status", "cls", "agent", "action", "q"))
+            else "mine"
+        )
     return {
+        "view": view,
         "status": params.get("status", PlanStatus.AWAITING_APPROVAL),
         "cls": params.get("cls", ""),
         "agent": params.get("agent", ""),
@@ -76,9 +156,14 @@ def _cursor_decode(raw: str) -> tuple[datetime, str] | None:
         return None
 
 
-def queue_page(filters: dict[str, str], after: str, size: int) -> tuple[list[Plan], str]:
+def queue_page(
+    filters: dict[str, str], after: str, size: int, *, user=None
+) -> tuple[list[Plan], str]:
     """One page of the queue, keyset-paginated on (sort column, id): stable while plans
-    arrive or leave, unlike OFFSET. Returns the plans and the cursor of the next page."""
+    arrive or leave, unlike OFFSET. Returns the plans and the cursor of the next page.
+
+    ``filters["view"]``: ``mine`` (the plans ``user`` may decide now) or ``all`` (every
+    plan ``user`` may see)."""
     # A correlated count, not a JOIN + GROUP BY: it runs for the page's rows only, so the
     # "all" view of a long history reads one index range instead of every plan.
     given = (
@@ -91,7 +176,12 @@ def queue_page(filters: dict[str, str], after: str, size: int) -> tuple[list[Pla
     plans = Plan.objects.select_related("action", "agent").annotate(
         approvals_given=Coalesce(Subquery(given), 0)
     )
-    if filters["status"] != "any":
+    if user is not None:
+        if filters.get("view", "all") == "mine":
+            plans = plans_mine(user, plans)
+        else:
+            plans = plans_visible(user, plans)
+    if filters["status"] != "any" and filters.get("view", "all") != "mine":
         plans = plans.filter(status=filters["status"])
     if filters["cls"]:
         plans = plans.filter(consequence_class=filters["cls"])
@@ -119,6 +209,7 @@ def queue_page(filters: dict[str, str], after: str, size: int) -> tuple[list[Pla
         last = rows[-1]
         next_cursor = _cursor_encode(getattr(last, column), last.id)
     crowded = _crowded_targets(rows)
+    _requirements_answered(rows)
     now = timezone.now()
     for plan in rows:
         plan.same_target = crowded.get(_target_key(plan.target), 0) - 1
@@ -128,6 +219,22 @@ def queue_page(filters: dict[str, str], after: str, size: int) -> tuple[list[Pla
             plan.status == PlanStatus.AWAITING_APPROVAL and plan.expires_at - now < EXPIRING_SOON
         )
     return rows, next_cursor
+
+
+def _requirements_answered(rows: list[Plan]) -> None:
+    """``requirement_answer`` on each plan under decision rules: what is met and what is
+    missing (one query for the page's approvals)."""
+    ruled = [plan for plan in rows if plan.requirement]
+    given: dict[Any, list[Approval]] = {plan.id: [] for plan in ruled}
+    if ruled:
+        for approval in Approval.objects.filter(
+            plan__in=ruled, decision=Approval.Decision.APPROVE
+        ).order_by("created_at"):
+            given[approval.plan_id].append(approval)
+    for plan in rows:
+        plan.requirement_answer = (
+            plan_requirement_answer(plan, approvals=given[plan.id]) if plan.requirement else {}
+        )
 
 
 def _target_key(target: dict[str, Any]) -> tuple[str, str]:
@@ -281,29 +388,40 @@ def sign_in_refusals(since: datetime) -> tuple[int, AuditEvent | None]:
     return (events.count() if latest else 0), latest
 
 
-def outcomes_by_class(since: datetime) -> list[dict[str, Any]]:
+# The dashboard's figures are over ``plans``: every plan, or the ones a reader may see
+# (plans_visible).
+
+
+def outcomes_by_class(since: datetime, plans: QuerySet[Plan] | None = None) -> list[dict[str, Any]]:
     """(consequence class, status, how many) of the plans proposed since ``since``."""
-    recent = Plan.objects.filter(created_at__gte=since)
+    recent = (Plan.objects.all() if plans is None else plans).filter(created_at__gte=since)
     return list(recent.values("consequence_class", "status").annotate(n=Count("id")))
 
 
-def decision_waits(since: datetime) -> list[float]:
+def decision_waits(since: datetime, plans: QuerySet[Plan] | None = None) -> list[float]:
     """Seconds from proposal to a person's decision, sorted. A session grant's approval
     is no person's decision: it would pull the times to 0."""
     decided = (
-        Plan.objects.filter(created_at__gte=since, decided_at__isnull=False)
+        (Plan.objects.all() if plans is None else plans)
+        .filter(created_at__gte=since, decided_at__isnull=False)
         .exclude(policy__mode="session_grant")
         .only("created_at", "decided_at")
     )
     return sorted((p.decided_at - p.created_at).total_seconds() for p in decided)
 
 
-def busiest(since: datetime, field: str, n: int = 5) -> list[tuple[str, int]]:
+def busiest(
+    since: datetime, field: str, n: int = 5, plans: QuerySet[Plan] | None = None
+) -> list[tuple[str, int]]:
     """The ``n`` agents (``agent__name``) or actions (``action__title``) with the most
     plans since ``since``."""
-    recent = Plan.objects.filter(created_at__gte=since)
+    recent = (Plan.objects.all() if plans is None else plans).filter(created_at__gte=since)
     return list(recent.values_list(field).annotate(n=Count("id")).order_by("-n", field)[:n])
 
 
-def awaiting_count() -> int:
-    return Plan.objects.filter(status=PlanStatus.AWAITING_APPROVAL).count()
+def awaiting_count(plans: QuerySet[Plan] | None = None) -> int:
+    return (
+        (Plan.objects.all() if plans is None else plans)
+        .filter(status=PlanStatus.AWAITING_APPROVAL)
+        .count()
+    )

@@ -49,8 +49,9 @@ from actions.lib.exceptions import (
     OutOfScope,
     UnknownAction,
 )
-from actions.lib.metrics import PLANS_PROPOSED, SUBMIT_LATENCY
+from actions.lib.metrics import BREAK_GLASS, PLANS_PROPOSED, SUBMIT_LATENCY
 from actions.models import Action, Agent, AgentScope
+from actions.policy.reviewers import requirement_text
 from actions.preview import PreviewError, compute_preview
 from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
@@ -58,6 +59,7 @@ from actions.spec import TemplateError
 from .decisions.requirements import (
     approval_alone_meets,
     approvals_count,
+    deciding_groups_record,
     decision_refusal,
     grant_may_decide,
     plan_policy_requirement,
@@ -75,8 +77,9 @@ from .identity.passkeys import (
 from .identity.requester import REQUESTER_REFUSAL, Requester, RequesterMayNotApprove, is_requester
 from .lifecycle import counted_on_commit, plan_expire, plan_transition
 from .models import Approval, IdempotencyRecord, Plan, PlanStatus
-from .notifications import notifications_wanted, notify_awaiting
+from .notifications import NoticeEvent, notifications_wanted, notify_awaiting, notify_event
 from .permissions import can_review
+from .selectors import plan_visible_to
 
 log = logging.getLogger(__name__)
 
@@ -248,11 +251,20 @@ def _check_rules(agent: Agent, action: Action, preview) -> None:
             _refuse(agent, action, NotEligible(rule_text(failing)), "eligibility")
 
 
-def _plan_requirement(agent: Agent, action: Action, values: dict[str, Any], preview) -> dict:
+def _plan_requirement(
+    agent: Agent, action: Action, values: dict[str, Any], preview, requester: dict | None
+) -> dict:
     """The decision rules' requirement for this plan (approvals/decisions); one no active
-    person can meet is refused here, audited, before any plan is stored."""
+    person can meet before the plan expires is refused here, audited, before any plan is
+    stored."""
     try:
-        return plan_requirement(action=action, values=values, before=preview.before)
+        return plan_requirement(
+            action=action,
+            values=values,
+            before=preview.before,
+            requester=requester,
+            ttl_seconds=action.spec.approval.plan_ttl,
+        )
     except NoOneCanDecide as exc:
         _refuse(agent, action, exc, "decision_rules")
         raise
@@ -386,7 +398,7 @@ def _plan_submit(
             # Approvals must be passkey-signed (approvals/identity/passkeys.py).
             "signed_approval": spec.approval.signed,
         }
-        requirement = _plan_requirement(agent, action, values, preview)
+        requirement = _plan_requirement(agent, action, values, preview, requester)
         if requirement:
             # Who may decide, fingerprinted: an approval given under one requirement
             # never counts toward another. A rule asks for people, so a plain read an
@@ -492,6 +504,7 @@ def _plan_submit(
             )
             if reservation is not None:
                 IdempotencyRecord.objects.filter(pk=reservation.pk).update(plan=plan)
+            deciding_groups_record(plan)
             if grant is not None:
                 grant_approve(plan=plan, grant=grant, now=now)
             elif policy["mode"] == "none":
@@ -612,14 +625,18 @@ REVIEWERS_GROUP = "reviewers"
 
 def reviewers_group_ensure(*, name: str = REVIEWERS_GROUP) -> tuple[Group, bool]:
     """The group ``name``, whose members may review plans (``approvals.review_plan``);
-    created with that permission if missing. Returns the group and whether it was made.
+    created with that permission if missing, and with the one to view every plan
+    read-only (``approvals.view_plan``: the queue's "all plans"), which an administrator
+    may take away so that its members see only what their groups decide. Returns the
+    group and whether it was made.
 
     An existing group without the permission is refused rather than given it: every
     one of its members would become a reviewer as a side effect."""
     permission = Permission.objects.get(content_type__app_label="approvals", codename="review_plan")
     group, created = Group.objects.get_or_create(name=name)
     if created:
-        group.permissions.add(permission)
+        view = Permission.objects.get(content_type__app_label="approvals", codename="view_plan")
+        group.permissions.add(permission, view)
     elif not group.permissions.filter(pk=permission.pk).exists():
         raise NotAllowed(
             f"the group {name!r} exists without the permission to review plans; "
@@ -684,18 +701,28 @@ def approval_record(
     comment: str = "",
     assertion: Any = None,
     nonce: str = "",
+    break_glass: bool = False,
 ) -> Plan:
     """Record a reviewer's decision on the exact fingerprint they saw.
 
     The fingerprint is recomputed from the plan's columns and compared with both the
     stored one and the one posted; any difference means the reviewer did not see this
     plan, and nothing is approved (the refusal itself is audited).
+
+    ``break_glass``: a superuser decides a plan whose groups they are not in, giving the
+    reason as ``comment``. Held to everything else a decision is (the fingerprint, the
+    floor: never their own request, the registrar never alone on an irreversible plan,
+    a passkey signature where signing is on), audited as ``approval.break_glass``,
+    counted in /metrics and told to every group of the plan. Its approval fills one
+    threshold place of any group (approvals/decisions).
     """
     if not can_review(reviewer):
         raise NotAllowed("you are not a reviewer")
     if decision not in Approval.Decision.values:
         raise InvalidInput(errors=[{"pointer": "/decision", "message": "approve or deny"}])
     comment = (comment or "")[:2000]
+    if break_glass:
+        _break_glass_check(plan_id, reviewer, decision, comment)
     failure: Exception | None = None
     signed: dict | Exception = {}
     # Spent now, whatever happens next: a signing request is good for one attempt.
@@ -750,9 +777,20 @@ def approval_record(
                 data={"reason": "the reviewer is the person the plan was requested for"},
             )
             failure = RequesterMayNotApprove(REQUESTER_REFUSAL)
+        elif break_glass and (
+            not plan_policy_requirement(plan) or reviewer_groups(plan, reviewer, at=now)
+        ):
+            # Break-glass is the way past a plan's groups, not a second way to decide.
+            raise InvalidInput(
+                "you may decide this plan without breaking glass",
+                errors=[{"pointer": "/break_glass", "message": "decide it the ordinary way"}],
+            )
         elif (
             refusal := decision_refusal(
-                plan, reviewer, approving=decision == Approval.Decision.APPROVE
+                plan,
+                reviewer,
+                approving=decision == Approval.Decision.APPROVE,
+                break_glass=break_glass,
             )
         ) is not None:
             # Who may decide (approvals/decisions): outside the plan's groups, or the
@@ -765,7 +803,9 @@ def approval_record(
                 data={"decision": decision, "reason": why},
             )
             failure = error(why)
-        elif decision == Approval.Decision.APPROVE and _creator_would_approve_alone(plan, reviewer):
+        elif decision == Approval.Decision.APPROVE and _creator_would_approve_alone(
+            plan, reviewer, break_glass=break_glass
+        ):
             audit_record(
                 kind="approval.separation_of_duties",
                 actor=user_actor(reviewer),
@@ -788,10 +828,13 @@ def approval_record(
                 fingerprint=plan.fingerprint,
                 comment=comment,
                 expires_at=now + timedelta(seconds=ttl),
-                groups=reviewer_groups(plan, reviewer),
+                groups=[] if break_glass else reviewer_groups(plan, reviewer, at=now),
+                break_glass=break_glass,
                 **(signed if isinstance(signed, dict) else {}),
             )
             actor = user_actor(reviewer)
+            if break_glass:
+                _break_glass_record(plan, reviewer, decision, comment)
             if decision == Approval.Decision.DENY:
                 plan_transition(
                     plan,
@@ -815,10 +858,12 @@ def approval_record(
                 if plan_policy_requirement(plan):
                     assessment = approvals_count(plan)
                     met = assessment.met
-                    data["groups"] = reviewer_groups(plan, reviewer)
+                    data["groups"] = [] if break_glass else reviewer_groups(plan, reviewer, at=now)
                     data["requirement_met"] = met
                 else:
                     met = approvals >= plan.required_approvals
+                if break_glass:
+                    data["break_glass"] = True
                 audit_record(kind="approval.recorded", actor=actor, plan=plan, data=data)
                 if met:
                     # Registered first, so the worker's wake-up leaves at commit ahead of
@@ -857,7 +902,49 @@ def _signature_or_refusal(plan: Plan, reviewer, assertion, nonce, issued) -> dic
         return exc
 
 
-def _creator_would_approve_alone(plan: Plan, reviewer) -> bool:
+def _break_glass_check(plan_id, reviewer, decision: str, reason: str) -> None:
+    """A break-glass decision needs a superuser and a typed reason; a refusal is audited
+    like the decision would have been."""
+    why = None
+    if not (reviewer.is_active and reviewer.is_superuser):
+        why = NotAllowed("only a superuser may decide by break-glass")
+    elif not reason.strip():
+        why = InvalidInput(
+            "a break-glass decision needs a reason",
+            errors=[{"pointer": "/comment", "message": "give the reason for breaking glass"}],
+        )
+    if why is None:
+        return
+    plan = Plan.objects.filter(id=plan_id).first()
+    if plan is None:
+        raise NotFound("no such plan")
+    with transaction.atomic():
+        audit_record(
+            kind="approval.break_glass_refused",
+            actor=user_actor(reviewer),
+            plan=plan,
+            data={"decision": decision, "reason": why.detail},
+        )
+    raise why
+
+
+def _break_glass_record(plan: Plan, reviewer, decision: str, reason: str) -> None:
+    """Audited as such, counted, and told to every group of the plan (on commit)."""
+    audit_record(
+        kind="approval.break_glass",
+        actor=user_actor(reviewer),
+        plan=plan,
+        data={
+            "decision": decision,
+            "reason": reason,
+            "requirement": requirement_text(plan_policy_requirement(plan)) or "class default",
+        },
+    )
+    counted_on_commit(BREAK_GLASS.labels(decision=decision).inc)
+    notify_event(plan.id, NoticeEvent.BREAK_GLASS)
+
+
+def _creator_would_approve_alone(plan: Plan, reviewer, *, break_glass: bool = False) -> bool:
     """Separation of duties: the person who registered an agent may not be the only one
     approving its irreversible plans (COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE).
     Where two approvers are required the distinct-approver rule already brings in a
@@ -875,7 +962,7 @@ def _creator_would_approve_alone(plan: Plan, reviewer) -> bool:
     )
     if plan_policy_requirement(plan):
         # Decision rules: refused when this approval alone would meet the requirement.
-        return others == 0 and approval_alone_meets(plan, reviewer)
+        return others == 0 and approval_alone_meets(plan, reviewer, break_glass=break_glass)
     return others + 1 >= plan.required_approvals and others == 0
 
 
@@ -891,6 +978,8 @@ def plan_check_request(*, plan_id, reviewer) -> Plan:
     database, so the sweeper publishes it again if this message is lost."""
     if not can_review(reviewer):
         raise NotAllowed("you are not a reviewer")
+    if not plan_visible_to(reviewer, plan_id):
+        raise NotFound("no such plan")
     with transaction.atomic():
         plan = Plan.objects.select_for_update(of=("self",)).filter(id=plan_id).first()
         if plan is None:
@@ -918,6 +1007,8 @@ def plan_resolve(*, plan_id, reviewer, state: str, note: str) -> Plan:
     note = (note or "").strip()[:2000]
     if not note:
         raise InvalidInput(errors=[{"pointer": "/note", "message": "say what you found"}])
+    if not plan_visible_to(reviewer, plan_id):
+        raise NotFound("no such plan")
     with transaction.atomic():
         plan = (
             Plan.objects.select_for_update(of=("self",))
@@ -998,6 +1089,7 @@ def plan_preview_again(*, plan_id, reviewer) -> Plan:
         )
     if original.revisions.exists():
         raise InvalidTransition("this plan was already previewed again")
+    _may_revise(original, reviewer)
     if original.status == PlanStatus.STALE:
         return _plan_revise(original=original, reviewer=reviewer, input=original.input, why="stale")
     if not plan_freshness(original).obsolete:
@@ -1010,6 +1102,23 @@ def plan_preview_again(*, plan_id, reviewer) -> Plan:
         detail="superseded: the target changed since the preview and a reviewer previewed it again",
     )
     return revision
+
+
+def _may_revise(original: Plan, reviewer) -> None:
+    """Editing or previewing a plan again replaces it: only someone who may decide it does
+    (its groups, under decision rules; a break-glass is a decision, not an edit)."""
+    refusal = decision_refusal(original, reviewer, approving=False)
+    if refusal is None:
+        return
+    error, why, kind = refusal
+    with transaction.atomic():
+        audit_record(
+            kind=kind,
+            actor=user_actor(reviewer),
+            plan=original,
+            data={"decision": "revise", "reason": why},
+        )
+    raise error(why)
 
 
 def _supersede(original: Plan, revision: Plan, *, actor: str, detail: str) -> None:
@@ -1057,6 +1166,7 @@ def plan_edit(*, plan_id, reviewer, input: Any) -> Plan:
         raise InvalidTransition(
             f"only a plan awaiting approval can be edited; this one is {original.status}"
         )
+    _may_revise(original, reviewer)
     if isinstance(input, dict) and normalize(input) == original.input:
         raise InvalidInput(errors=[{"pointer": "/input", "message": "nothing was changed"}])
     revision = _plan_revise(original=original, reviewer=reviewer, input=input, why="edit")

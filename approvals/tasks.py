@@ -13,7 +13,7 @@ from django.conf import settings
 
 from actions.lib import dispatch
 
-from .notifications import notifications_plan, webhook_deliver
+from .notifications import NoticeEvent, notifications_plan, webhook_deliver
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +29,31 @@ def notify_plan_task(plan_id: str) -> dict:
     return result
 
 
+@shared_task(name=dispatch.NOTIFY_EVENT, acks_late=True, ignore_result=True)
+def notify_event_task(plan_id: str, event: str, group: str = "") -> dict:
+    result = notifications_plan(plan_id=plan_id, event=event, group=group)
+    for target_id in result["webhooks"]:
+        dispatch.publish(dispatch.DELIVER_EVENT_WEBHOOK, target_id, plan_id, event)
+    return result
+
+
 @shared_task(name=dispatch.DELIVER_WEBHOOK, bind=True, acks_late=True, ignore_result=True)
 def deliver_webhook_task(self, target_id: int, plan_id: str) -> str:
-    delivery = webhook_deliver(target_id=target_id, plan_id=plan_id)
+    return _deliver(self, target_id, plan_id, NoticeEvent.AWAITING)
+
+
+@shared_task(name=dispatch.DELIVER_EVENT_WEBHOOK, bind=True, acks_late=True, ignore_result=True)
+def deliver_event_webhook_task(self, target_id: int, plan_id: str, event: str) -> str:
+    return _deliver(self, target_id, plan_id, NoticeEvent(event))
+
+
+def _deliver(task, target_id: int, plan_id: str, event: NoticeEvent) -> str:
+    delivery = webhook_deliver(target_id=target_id, plan_id=plan_id, event=event)
     if delivery.outcome != "failed" or delivery.permanent:
         return delivery.outcome
-    tries = self.request.retries + 1
+    tries = task.request.retries + 1
     if tries >= max(1, int(settings.COUNTERSIGN_WEBHOOK_MAX_TRIES)):
         log.warning("webhook %s for plan %s: giving up after %s tries", target_id, plan_id, tries)
         return "gave-up"
-    countdown = WEBHOOK_BACKOFF[min(self.request.retries, len(WEBHOOK_BACKOFF) - 1)]
-    raise self.retry(countdown=countdown, max_retries=None)
+    countdown = WEBHOOK_BACKOFF[min(task.request.retries, len(WEBHOOK_BACKOFF) - 1)]
+    raise task.retry(countdown=countdown, max_retries=None)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from actions.lib import dispatch, logcontext
 from actions.lib.actors import SWEEPER
 from actions.lib.exceptions import InvalidTransition
+from approvals.decisions.escalations import escalations_announce
 from approvals.lifecycle import approvals_return, attempt_transition, plan_transition, plans_expire
 from approvals.models import Attempt, Heartbeat, Plan, PlanStatus
 from approvals.ops.heartbeats import heartbeat_record
@@ -31,7 +32,9 @@ def sweep(*, now=None) -> dict[str, int]:
       goes back to approved; if the request may have left, the plan is ``unknown``
       and is never sent again;
     * looks at unsettled outcomes (pending, unknown) that are overdue are published
-      again (``_overdue_looks``).
+      again (``_overdue_looks``);
+    * escalations whose time has come are announced to the group they reach
+      (approvals/decisions/escalations.py).
 
     Each run records the sweeper's heartbeat first, so a sweeper that stops running is
     seen on the dashboard and by the readiness check.
@@ -40,6 +43,7 @@ def sweep(*, now=None) -> dict[str, int]:
     heartbeat_record(name="sweeper", kind=Heartbeat.Kind.SWEEPER)
     report = {
         "expired": plans_expire(now=now),
+        "escalated": escalations_announce(now=now),
         "requeued": 0,
         "still_queued": 0,
         "recovered": 0,

@@ -30,6 +30,10 @@ SEAL_AUDIT = "executors.seal_audit"
 WITNESS_CHECKPOINT = "executors.witness_checkpoint"
 NOTIFY_PLAN = "approvals.notify_plan"
 DELIVER_WEBHOOK = "approvals.deliver_webhook"
+# An escalation or a break-glass decision told to a plan's groups (its own names, so a
+# worker of the release before never gets a message it cannot read).
+NOTIFY_EVENT = "approvals.notify_event"
+DELIVER_EVENT_WEBHOOK = "approvals.deliver_event_webhook"
 
 
 def publish(name: str, *args, countdown: float | None = None) -> bool:

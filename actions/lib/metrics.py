@@ -54,6 +54,16 @@ SUBMIT_LATENCY = Histogram(
     ["result"],
     buckets=_LATENCY_BUCKETS,
 )
+BREAK_GLASS = Counter(
+    "countersign_break_glass_decisions",
+    "Decisions a superuser made by break-glass, outside the plan's groups, by decision "
+    "(approve, deny). Each is audited as approval.break_glass with its reason.",
+    ["decision"],
+)
+ESCALATIONS = Counter(
+    "countersign_escalations",
+    "Plans whose decision rule escalated them to another group, announced by the sweeper.",
+)
 UPSTREAM_REQUESTS = Counter(
     "countersign_upstream_requests",
     "Requests to upstreams, by connector, client role (read, write) and status class "

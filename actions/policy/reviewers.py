@@ -14,6 +14,13 @@ A plan no rule matches has the empty requirement ``{}``: its class default appli
 (approvals.decisions). Approvers are distinct and one approval counts toward one
 threshold only, so whether approvals meet a requirement is a matching of people to
 threshold places (``requirement_assess``), not a count per group.
+
+A rule may **escalate**: ``escalate_after: 30m`` and ``escalate_to: finance-leads`` add to
+each of its clauses a threshold of that group with ``after`` (seconds from the plan's
+submission): its members may fill that threshold only once the plan has waited that
+long, and an approval counts for it only if it was given after that time. The time is
+part of the requirement, so of the fingerprint: the worker checks it from the stored
+times alone.
 """
 
 from __future__ import annotations
@@ -32,6 +39,23 @@ from ..rules import rule_decides, rule_problem
 # submission rather than searched (bounded time): rules that each offer eight
 # alternatives and all match one plan are not a requirement a person can read anyway.
 MAX_COMBINATIONS = 4096
+# What a break-glass approval is counted as: a member of every group, at any time. No
+# group can have this name (the catalog's group names start with a letter or digit).
+EVERY_GROUP = "*"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(text: str) -> int:
+    """``45s``, ``30m``, ``2h``, ``1d`` as seconds (the catalog schema checked the form)."""
+    return int(text[:-1]) * _UNITS[text[-1]]
+
+
+def rule_groups(rule: dict[str, Any]) -> set[str]:
+    """Every group a rule names: its thresholds' and the one it escalates to."""
+    groups = {t["group"] for t in (rule.get("any_of") or []) + (rule.get("all_of") or [])}
+    if rule.get("escalate_to"):
+        groups.add(rule["escalate_to"])
+    return groups
 
 
 # --- validation --------------------------------------------------------------------------
@@ -63,6 +87,7 @@ def reviewers_problems(
         has_any, has_all = "any_of" in rule, "all_of" in rule
         if has_any == has_all:
             problem("", "give exactly one of any_of or all_of")
+        seen_all = {t["group"] for t in (rule.get("any_of") or []) + (rule.get("all_of") or [])}
         for key in ("any_of", "all_of"):
             seen: set[str] = set()
             for i, threshold in enumerate(rule.get(key) or []):
@@ -75,6 +100,17 @@ def reviewers_problems(
                 if group in seen:
                     problem(f"/{key}/{i}/group", f"{group!r} is named twice")
                 seen.add(group)
+        if ("escalate_after" in rule) != ("escalate_to" in rule):
+            problem("", "give escalate_after and escalate_to together")
+        escalation = rule.get("escalate_to")
+        if escalation is not None:
+            if escalation not in known_groups:
+                problem(
+                    "/escalate_to",
+                    f"unknown group {escalation!r} (create it, or declare it in reviewers.groups)",
+                )
+            if escalation in seen_all:
+                problem("/escalate_to", f"{escalation!r} already decides under this rule")
         match = rule.get("match") or {}
         for i, action_name in enumerate(match.get("actions") or []):
             if action_name not in actions:
@@ -119,10 +155,11 @@ def section_rules(section: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def section_groups(section: dict[str, Any]) -> set[str]:
-    """Every group the section declares or its rules name."""
+    """Every group the section declares or its rules name (the groups of a requester a
+    rule matches on are the identity provider's, not groups that decide: not these)."""
     groups = set(section.get("groups") or [])
     for rule in (section.get("rules") or {}).values():
-        groups |= {t["group"] for t in (rule.get("any_of") or []) + (rule.get("all_of") or [])}
+        groups |= rule_groups(rule)
     return groups
 
 
@@ -154,8 +191,10 @@ def plan_subject(
     consequence_class: str,
     before: Any,
     input: dict[str, Any],
+    requester_groups: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    """What a rule looks at, for one plan."""
+    """What a rule looks at, for one plan. ``requester_groups``: the groups of the person
+    the plan is on behalf of (None: on behalf of nobody)."""
     return {
         "action": action,
         "connector": connector,
@@ -163,6 +202,7 @@ def plan_subject(
         "consequence_class": consequence_class,
         "before": before,
         "input": input,
+        "requester_groups": None if requester_groups is None else frozenset(requester_groups),
     }
 
 
@@ -180,6 +220,10 @@ def rule_matches(rule: dict[str, Any], subject: dict[str, Any]) -> bool:
         ("consequence_class", "consequence_classes"),
     ):
         if listed in match and subject[key] not in match[listed]:
+            return False
+    if "requester_groups" in match:
+        theirs = subject.get("requester_groups")
+        if not theirs or not theirs & set(match["requester_groups"]):
             return False
     for part in ("before", "input"):
         for comparison in match.get(part) or []:
@@ -203,8 +247,15 @@ def requirement_for(subject: dict[str, Any], rules: list[dict[str, Any]]) -> dic
             new = [{"any_of": [dict(t) for t in rule["any_of"]]}]
         else:
             new = [{"any_of": [dict(t)]} for t in rule["all_of"]]
+        if rule.get("escalate_to"):
+            after = duration_seconds(rule["escalate_after"])
+            for clause in new:
+                count = min(t["count"] for t in clause["any_of"])
+                clause["any_of"].append(
+                    {"group": rule["escalate_to"], "count": count, "after": after}
+                )
         for clause in new:
-            clause["any_of"].sort(key=lambda t: (t["group"], t["count"]))
+            clause["any_of"].sort(key=_threshold_order)
             clauses.setdefault(digest(clause), clause)
     if not applied:
         return {}
@@ -213,14 +264,52 @@ def requirement_for(subject: dict[str, Any], rules: list[dict[str, Any]]) -> dic
     return {"rules": sorted(applied), "all_of": [clauses[k] for k in sorted(clauses)]}
 
 
+def _threshold_order(threshold: dict[str, Any]) -> tuple[str, int, int]:
+    return (threshold["group"], threshold["count"], threshold.get("after", 0))
+
+
 def requirement_for_rule(name: str, definition: dict[str, Any]) -> dict[str, Any]:
     """The requirement one rule gives the plans it matches."""
     rule = {"name": name, **definition, "match": {}}
     return requirement_for({}, [rule])
 
 
-def requirement_groups(requirement: dict[str, Any]) -> set[str]:
-    return {t["group"] for clause in requirement.get("all_of") or [] for t in clause["any_of"]}
+def requirement_groups(requirement: dict[str, Any], *, elapsed: float | None = None) -> set[str]:
+    """The groups that decide under ``requirement``; with ``elapsed`` (seconds since the
+    plan was submitted), only those eligible by then (an escalation's group once its
+    time has come)."""
+    return {
+        t["group"]
+        for clause in requirement.get("all_of") or []
+        for t in clause["any_of"]
+        if elapsed is None or elapsed >= t.get("after", 0)
+    }
+
+
+def requirement_escalations(requirement: dict[str, Any]) -> list[tuple[str, int]]:
+    """(group, after) for each escalation in ``requirement``, sorted, once each."""
+    return sorted(
+        {
+            (t["group"], t["after"])
+            for clause in requirement.get("all_of") or []
+            for t in clause["any_of"]
+            if t.get("after")
+        }
+    )
+
+
+def requirement_within(requirement: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``requirement`` without the escalations that come at or after ``seconds`` (a plan
+    expires before they do, so they can never help decide it)."""
+    if not requirement:
+        return requirement
+    return {
+        **requirement,
+        "all_of": [
+            {"any_of": [t for t in clause["any_of"] if t.get("after", 0) < seconds]}
+            for clause in requirement.get("all_of") or []
+        ],
+    }
 
 
 def requirement_combinations(requirement: dict[str, Any]) -> int:
@@ -246,16 +335,31 @@ class Assessment:
     counted_for: dict[Any, str] = field(default_factory=dict)
 
 
-def _assign(slots: list[str], approvers: list[tuple[Any, frozenset[str]]]) -> dict[int, int]:
+Approver = tuple  # (key, groups, elapsed): see requirement_assess
+
+
+def _fits(threshold: dict[str, Any], groups: frozenset[str], elapsed: float | None) -> bool:
+    """May an approver in ``groups``, who approved ``elapsed`` seconds after the plan was
+    submitted, fill a place of ``threshold``?"""
+    if EVERY_GROUP in groups:
+        return True
+    if threshold["group"] not in groups:
+        return False
+    after = threshold.get("after", 0)
+    return not after or (elapsed is not None and elapsed >= after)
+
+
+def _assign(
+    slots: list[dict[str, Any]], approvers: list[tuple[Any, frozenset[str], float | None]]
+) -> dict[int, int]:
     """Maximum matching of places to approvers (Kuhn's augmenting paths): place index ->
-    approver index, each approver in at most one place, only in a place of a group they
-    belong to."""
+    approver index, each approver in at most one place, only in a place they fit."""
     owner: dict[int, int] = {}  # approver -> place
     place_of: dict[int, int] = {}  # place -> approver
 
     def augment(place: int, visited: set[int]) -> bool:
-        for a, (_, groups) in enumerate(approvers):
-            if slots[place] not in groups or a in visited:
+        for a, (_, groups, elapsed) in enumerate(approvers):
+            if a in visited or not _fits(slots[place], groups, elapsed):
                 continue
             visited.add(a)
             if a not in owner or augment(owner[a], visited):
@@ -269,27 +373,30 @@ def _assign(slots: list[str], approvers: list[tuple[Any, frozenset[str]]]) -> di
     return place_of
 
 
-def requirement_assess(
-    requirement: dict[str, Any], approvers: Iterable[tuple[Any, Iterable[str]]]
-) -> Assessment:
-    """Do the ``approvers`` (key, the requirement's groups they were in) meet it?
+def requirement_assess(requirement: dict[str, Any], approvers: Iterable[Approver]) -> Assessment:
+    """Do the ``approvers`` meet it? Each is ``(key, groups)`` or ``(key, groups,
+    elapsed)``: the requirement's groups they were in when they approved
+    (``EVERY_GROUP`` for a break-glass approval) and how many seconds after the plan's
+    submission they did (None: unknown, which fills no escalation's place).
 
     Each way of choosing one threshold per clause is tried (at most MAX_COMBINATIONS; a
     larger requirement is refused at submission, so none is stored); the first that
     distinct approvers fill completely meets it, else the one filled furthest is
     reported."""
     clauses = requirement.get("all_of") or []
-    people = [(key, frozenset(groups)) for key, groups in approvers]
+    people = [
+        (entry[0], frozenset(entry[1]), entry[2] if len(entry) > 2 else None) for entry in approvers
+    ]
     best: Assessment | None = None
     best_score = -1
     for n, choice in enumerate(itertools.product(*[range(len(c["any_of"])) for c in clauses])):
         if n >= MAX_COMBINATIONS:
             break
-        slots: list[str] = []
+        slots: list[dict[str, Any]] = []
         slot_of: list[tuple[int, int]] = []
         for c, t in enumerate(choice):
             threshold = clauses[c]["any_of"][t]
-            slots += [threshold["group"]] * threshold["count"]
+            slots += [threshold] * threshold["count"]
             slot_of += [(c, t)] * threshold["count"]
         assigned = _assign(slots, people)
         filled = [[0] * len(c["any_of"]) for c in clauses]
@@ -297,7 +404,7 @@ def requirement_assess(
         for place, a in assigned.items():
             c, t = slot_of[place]
             filled[c][t] += 1
-            counted[people[a][0]] = slots[place]
+            counted[people[a][0]] = slots[place]["group"]
         if len(assigned) == len(slots):
             return Assessment(met=True, filled=filled, counted_for=counted)
         if len(assigned) > best_score:
@@ -307,11 +414,16 @@ def requirement_assess(
 
 
 def requirement_summary(
-    requirement: dict[str, Any], assessment: Assessment | None = None
+    requirement: dict[str, Any],
+    assessment: Assessment | None = None,
+    *,
+    elapsed: float | None = None,
 ) -> dict[str, Any]:
     """What an agent or a page is told: the rules that applied, each clause's thresholds
     with how many approvals count toward them, and what is missing. Groups and counts,
-    never people."""
+    never people. An escalation's threshold carries ``after`` (seconds from submission)
+    and, given ``elapsed``, whether it is ``escalated`` yet; ``missing`` names only the
+    thresholds that can be filled now."""
     if not requirement:
         return {}
     clauses = requirement.get("all_of") or []
@@ -319,19 +431,25 @@ def requirement_summary(
     out_clauses = []
     missing = []
     for c, clause in enumerate(clauses):
-        thresholds = [
-            {
-                "group": t["group"],
-                "count": t["count"],
-                "approved": filled[c][i] if filled else 0,
-            }
-            for i, t in enumerate(clause["any_of"])
-        ]
+        thresholds = []
+        for i, t in enumerate(clause["any_of"]):
+            entry = {"group": t["group"], "count": t["count"]}
+            entry["approved"] = filled[c][i] if filled else 0
+            if t.get("after"):
+                entry["after"] = t["after"]
+                entry["escalated"] = elapsed is not None and elapsed >= t["after"]
+            thresholds.append(entry)
         met = any(t["approved"] >= t["count"] for t in thresholds)
         out_clauses.append({"any_of": thresholds, "met": met})
         if not met:
             missing.append(
-                {"any_of": [{"group": t["group"], "count": t["count"]} for t in clause["any_of"]]}
+                {
+                    "any_of": [
+                        {"group": t["group"], "count": t["count"]}
+                        for t in thresholds
+                        if "after" not in t or t["escalated"]
+                    ]
+                }
             )
     return {
         "rules": list(requirement.get("rules") or []),
@@ -341,9 +459,25 @@ def requirement_summary(
     }
 
 
+def duration_text(seconds: int) -> str:
+    """``30 min``, ``2 h``, ``45 s``: how long an escalation waits, in the API's English."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def threshold_text(threshold: dict[str, Any]) -> str:
+    text = f"{threshold['count']} of {threshold['group']}"
+    if threshold.get("after"):
+        text += f" after {duration_text(threshold['after'])}"
+    return text
+
+
 def requirement_text(requirement: dict[str, Any]) -> str:
-    """One line a person reads: ``1 of billing-approvers and 1 of support-leads``."""
+    """One line a person reads: ``1 of billing-approvers and 1 of support-leads``; an
+    escalation reads ``1 of finance-leads after 30 min``."""
     parts = []
     for clause in requirement.get("all_of") or []:
-        parts.append(" or ".join(f"{t['count']} of {t['group']}" for t in clause["any_of"]))
+        parts.append(" or ".join(threshold_text(t) for t in clause["any_of"]))
     return " and ".join(f"({p})" if " or " in p and len(parts) > 1 else p for p in parts)

@@ -161,6 +161,17 @@ class ThresholdOut(Schema):
     group: str
     count: int
     approved: int = Field(description="Approvals counted toward this threshold so far.")
+    after: int | None = Field(
+        default=None,
+        description="An escalation: the group may fill this threshold only once the plan "
+        "has waited this many seconds since it was proposed (absent otherwise).",
+    )
+    eligible_from: datetime | None = Field(
+        default=None, description="An escalation: when its group may start deciding."
+    )
+    escalated: bool | None = Field(
+        default=None, description="An escalation: whether its time has come."
+    )
 
 
 class ClauseOut(Schema):

@@ -14,32 +14,46 @@
   the groups recorded when they were given, meet it.
 
 Being a superuser gives no eligibility: only membership of a named group does (and the
-review permission, as for every decision).
+review permission, as for every decision). A superuser outside the groups may decide by
+**break-glass** (``approval_record(break_glass=True)``): a typed reason, a passkey
+signature where signing is on, audited and notified to every group of the plan; such an
+approval fills one threshold place of any group, never more.
+
+Time matters for escalations: a group a rule escalates to may decide once the plan has
+waited ``after`` seconds, and its approval counts only if given after that. Each approval
+is judged with the seconds between the plan's submission and its own creation, read from
+the stored rows (``_approvers``), so the worker's check needs no clock of the web's.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db.models import Q
+from django.utils import timezone
 
 from actions.lib.exceptions import DecisionRulesChanged, NoOneCanDecide, NotEligibleToDecide
 from actions.policy.reviewers import (
+    EVERY_GROUP,
     MAX_COMBINATIONS,
     Assessment,
     plan_subject,
     requirement_assess,
     requirement_combinations,
+    requirement_escalations,
     requirement_for,
     requirement_groups,
     requirement_summary,
     requirement_text,
+    requirement_within,
+    rule_groups,
     rules_in_force,
 )
 
-from ..models import Approval, Plan
+from ..models import Approval, DecidingGroup, Plan
 
 
 def plan_policy_requirement(plan: Plan) -> dict[str, Any]:
@@ -47,9 +61,17 @@ def plan_policy_requirement(plan: Plan) -> dict[str, Any]:
     return plan.policy.get("requirement") or {}
 
 
-def requirement_of(*, action, values: dict[str, Any], before: Any) -> dict[str, Any]:
-    """The requirement the rules in force give a plan of ``action`` on ``values`` and
-    the target as read."""
+def _requester_groups(requester: dict | None) -> list[str] | None:
+    if not requester:
+        return None
+    return [g for g in requester.get("groups") or [] if isinstance(g, str)]
+
+
+def requirement_of(
+    *, action, values: dict[str, Any], before: Any, requester: dict | None = None
+) -> dict[str, Any]:
+    """The requirement the rules in force give a plan of ``action`` on ``values``, the
+    target as read and the person it is on behalf of (``Plan.requirement``'s form)."""
     rules = rules_in_force()
     if not rules:
         return {}
@@ -60,24 +82,59 @@ def requirement_of(*, action, values: dict[str, Any], before: Any) -> dict[str, 
         consequence_class=action.consequence_class,
         before=before,
         input=values,
+        requester_groups=_requester_groups(requester),
     )
     return requirement_for(subject, rules)
 
 
 def plan_requirement_current(plan: Plan) -> dict[str, Any]:
     """What the rules in force would give ``plan`` now (its action as stored)."""
-    return requirement_of(action=plan.action, values=plan.input, before=plan.before)
+    return requirement_of(
+        action=plan.action, values=plan.input, before=plan.before, requester=plan.requester
+    )
 
 
-def plan_requirement(*, action, values: dict[str, Any], before: Any) -> dict[str, Any]:
+def plan_requirement(
+    *,
+    action,
+    values: dict[str, Any],
+    before: Any,
+    requester: dict | None = None,
+    ttl_seconds: float | None = None,
+) -> dict[str, Any]:
     """The requirement for a plan about to be stored; NoOneCanDecide when nobody could
-    ever meet it."""
-    requirement = requirement_of(action=action, values=values, before=before)
+    ever meet it. An escalation counts toward that only if it comes before the plan
+    expires (``ttl_seconds``)."""
+    requirement = requirement_of(action=action, values=values, before=before, requester=requester)
     if requirement:
-        problem = requirement_feasibility_problem(requirement)
+        reachable = requirement_within(requirement, ttl_seconds) if ttl_seconds else requirement
+        problem = requirement_feasibility_problem(reachable)
         if problem:
             raise NoOneCanDecide(problem)
     return requirement
+
+
+def deciding_groups_record(plan: Plan) -> None:
+    """The plan's deciding groups as rows (DecidingGroup), in the plan's transaction."""
+    requirement = plan_policy_requirement(plan)
+    if not requirement:
+        return
+    rows = {
+        (t["group"], t.get("after", 0))
+        for clause in requirement.get("all_of") or []
+        for t in clause["any_of"]
+    }
+    DecidingGroup.objects.bulk_create(
+        [
+            DecidingGroup(
+                plan=plan,
+                group=group,
+                eligible_from=plan.created_at + timedelta(seconds=after),
+                escalation=bool(after),
+            )
+            for group, after in sorted(rows)
+        ]
+    )
 
 
 def _review_permission() -> Permission:
@@ -116,7 +173,9 @@ def requirement_feasibility_problem(requirement: dict[str, Any]) -> str | None:
         max(t["count"] for t in clause["any_of"]) for clause in requirement.get("all_of") or []
     )
     members = eligible_members(requirement_groups(requirement), per_group=places)
-    if requirement_assess(requirement, members).met:
+    # Whenever they decide: an escalation within the plan's time counts (the caller
+    # dropped the ones past it).
+    if requirement_assess(requirement, [(pk, g, float("inf")) for pk, g in members]).met:
         return None
     counts = {g: 0 for g in requirement_groups(requirement)}
     for _pk, groups in members:
@@ -146,7 +205,7 @@ def decision_groups_sync(user, claimed: set[str]) -> list[str]:
     not. Other groups are left alone. Returns the rule groups ``user`` is now in."""
     named: set[str] = set()
     for rule in rules_in_force():
-        named |= {t["group"] for t in (rule.get("any_of") or []) + (rule.get("all_of") or [])}
+        named |= rule_groups(rule)
     if not named:
         return []
     groups = list(Group.objects.filter(name__in=named))
@@ -159,21 +218,59 @@ def decision_groups_sync(user, claimed: set[str]) -> list[str]:
 # --- deciding ------------------------------------------------------------------------------
 
 
-def reviewer_groups(plan: Plan, reviewer) -> list[str]:
-    """The groups of ``plan``'s requirement ``reviewer`` belongs to, sorted."""
-    groups = requirement_groups(plan_policy_requirement(plan))
+def _elapsed(plan: Plan, at: datetime | None = None) -> float:
+    """Seconds between the plan's submission and ``at`` (now)."""
+    return ((at or timezone.now()) - plan.created_at).total_seconds()
+
+
+def reviewer_groups(plan: Plan, reviewer, *, at: datetime | None = None) -> list[str]:
+    """The groups of the plan's requirement ``reviewer`` belongs to and that decide at
+    ``at`` (now; an escalation's group only once its time has come), sorted."""
+    requirement = plan_policy_requirement(plan)
+    if not requirement:
+        return []
+    groups = requirement_groups(requirement, elapsed=_elapsed(plan, at))
     if not groups:
         return []
     return sorted(reviewer.groups.filter(name__in=groups).values_list("name", flat=True))
 
 
+def _approvers(plan: Plan, approvals) -> list[tuple[Any, list[str], float]]:
+    """The approvals as requirement_assess takes them: key, the groups recorded when they
+    were given (every group for a break-glass approval), and when, from the plan's
+    submission."""
+    return [
+        (
+            a.pk,
+            [EVERY_GROUP] if a.break_glass else list(a.groups or []),
+            _elapsed(plan, a.created_at) if a.created_at else None,
+        )
+        for a in approvals
+    ]
+
+
+def _escalation_note(plan: Plan, requirement: dict[str, Any]) -> str:
+    pending = [
+        (group, after)
+        for group, after in requirement_escalations(requirement)
+        if _elapsed(plan) < after
+    ]
+    if not pending:
+        return ""
+    return "; " + ", ".join(
+        f"{group} may decide from {(plan.created_at + timedelta(seconds=after)):%H:%M} UTC"
+        for group, after in pending
+    )
+
+
 def decision_refusal(
-    plan: Plan, reviewer, *, approving: bool = True
+    plan: Plan, reviewer, *, approving: bool = True, break_glass: bool = False
 ) -> tuple[type[Exception], str, str] | None:
     """Why ``reviewer`` may not decide ``plan`` now: (exception, reason, audit kind), or
     None. A plan without a requirement is decided by any reviewer, as before. Only an
     approval needs the rules in force to still give the plan its requirement: a denial
-    sends nothing, and is decided by the plan's own groups."""
+    sends nothing, and is decided by the plan's own groups. A break-glass decision is not
+    held to the groups (its own checks are the caller's), only to the rules in force."""
     requirement = plan_policy_requirement(plan)
     current = plan_requirement_current(plan) if approving else requirement
     if current != requirement:
@@ -184,21 +281,24 @@ def decision_refusal(
             + "; the agent must propose again",
             "approval.rules_changed",
         )
-    if not requirement:
+    if not requirement or break_glass:
         return None
     if not reviewer_groups(plan, reviewer):
         return (
             NotEligibleToDecide,
-            "you cannot decide this plan: it needs " + requirement_text(requirement),
+            "you cannot decide this plan: it needs "
+            + requirement_text(requirement)
+            + _escalation_note(plan, requirement),
             "approval.not_eligible",
         )
     return None
 
 
-def approval_alone_meets(plan: Plan, reviewer) -> bool:
-    """Would ``reviewer``'s approval, with no other, meet the plan's requirement?"""
+def approval_alone_meets(plan: Plan, reviewer, *, break_glass: bool = False) -> bool:
+    """Would ``reviewer``'s approval, given now with no other, meet the requirement?"""
     requirement = plan_policy_requirement(plan)
-    return requirement_assess(requirement, [(0, reviewer_groups(plan, reviewer))]).met
+    groups = [EVERY_GROUP] if break_glass else reviewer_groups(plan, reviewer)
+    return requirement_assess(requirement, [(0, groups, _elapsed(plan))]).met
 
 
 def approvals_count(plan: Plan) -> Assessment:
@@ -207,9 +307,7 @@ def approvals_count(plan: Plan) -> Assessment:
     rows = list(
         plan.approvals.filter(decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint)
     )
-    assessment = requirement_assess(
-        plan_policy_requirement(plan), [(row.pk, row.groups) for row in rows]
-    )
+    assessment = requirement_assess(plan_policy_requirement(plan), _approvers(plan, rows))
     for row in rows:
         counted = assessment.counted_for.get(row.pk, "")
         if row.counted_for != counted:
@@ -218,41 +316,52 @@ def approvals_count(plan: Plan) -> Assessment:
     return assessment
 
 
-def plan_requirement_answer(plan: Plan) -> dict[str, Any]:
+def plan_requirement_answer(plan: Plan, *, approvals=None) -> dict[str, Any]:
     """The requirement as an agent or a page is told it: rules, thresholds, what is met
-    and what is missing (groups and counts, never people)."""
+    and what is missing, and the escalations with whether their time has come (groups
+    and counts, never people). ``approvals``: the plan's, when already read."""
     requirement = plan_policy_requirement(plan)
     if not requirement:
         return {}
     rows = [
-        (a.pk, a.groups)
-        for a in plan.approvals.all()
+        a
+        for a in (plan.approvals.all() if approvals is None else approvals)
         if a.decision == Approval.Decision.APPROVE and a.fingerprint == plan.fingerprint
     ]
-    return requirement_summary(requirement, requirement_assess(requirement, rows))
+    assessment = requirement_assess(requirement, _approvers(plan, rows))
+    answer = requirement_summary(requirement, assessment, elapsed=_elapsed(plan))
+    for clause in answer["all_of"]:
+        for threshold in clause["any_of"]:
+            if "after" in threshold:
+                threshold["eligible_from"] = plan.created_at + timedelta(seconds=threshold["after"])
+    return answer
 
 
 def grant_may_decide(grant, requirement: dict[str, Any]) -> bool:
-    """May a session grant's maker, alone, approve a plan with ``requirement``?"""
+    """May a session grant's maker, alone, approve a plan with ``requirement``? A grant
+    approves as the plan is stored, before any escalation."""
     if not requirement:
         return True
     groups = set(
-        grant.created_by.groups.filter(name__in=requirement_groups(requirement)).values_list(
-            "name", flat=True
-        )
+        grant.created_by.groups.filter(
+            name__in=requirement_groups(requirement, elapsed=0)
+        ).values_list("name", flat=True)
     )
-    return grant.created_by.is_active and requirement_assess(requirement, [(0, groups)]).met
+    return grant.created_by.is_active and requirement_assess(requirement, [(0, groups, 0)]).met
 
 
 def grantor_cannot_decide(user, action) -> str | None:
     """What ``user`` could not decide alone among ``action``'s plans, or None: each rule
     in force that may match them (by action, connector, kind and class; its comparisons
-    could hold for some plan) must be one ``user`` alone meets."""
+    and the requester's groups could hold for some plan) must be one ``user`` alone
+    meets, with no escalation (a grant approves at once)."""
     for rule in rules_in_force():
         static = {
             **rule,
             "match": {
-                k: v for k, v in (rule.get("match") or {}).items() if k not in ("before", "input")
+                k: v
+                for k, v in (rule.get("match") or {}).items()
+                if k not in ("before", "input", "requester_groups")
             },
         }
         subject = plan_subject(
@@ -267,11 +376,11 @@ def grantor_cannot_decide(user, action) -> str | None:
         if not requirement:
             continue
         groups = set(
-            user.groups.filter(name__in=requirement_groups(requirement)).values_list(
+            user.groups.filter(name__in=requirement_groups(requirement, elapsed=0)).values_list(
                 "name", flat=True
             )
         )
-        if not requirement_assess(requirement, [(0, groups)]).met:
+        if not requirement_assess(requirement, [(0, groups, 0)]).met:
             return f"rule {rule['name']} needs {requirement_text(requirement)}"
     return None
 
@@ -298,8 +407,23 @@ def claim_refusal(plan: Plan, approvals: list[Approval] | None = None) -> str | 
         return None
     groups = requirement_groups(requirement)
     for approval in approvals:
-        if not approval.groups or not set(approval.groups) <= groups:
+        if approval.break_glass:
+            problem = break_glass_problem(approval)
+            if problem:
+                return problem
+        elif not approval.groups or not set(approval.groups) <= groups:
             return "an approval does not record a group of this plan's requirement"
-    if not requirement_assess(requirement, [(a.pk, a.groups) for a in approvals]).met:
+    if not requirement_assess(requirement, _approvers(plan, approvals)).met:
         return "the approvals do not meet the plan's requirement: " + requirement_text(requirement)
+    return None
+
+
+def break_glass_problem(approval: Approval) -> str | None:
+    """Why a break-glass approval cannot count (for the worker), or None: it needs its
+    reason, and its reviewer must still be an active superuser."""
+    if not (approval.comment or "").strip():
+        return "a break-glass approval has no reason"
+    reviewer = approval.reviewer
+    if not (reviewer.is_active and reviewer.is_superuser):
+        return "a break-glass approval is by someone who is no longer an active superuser"
     return None

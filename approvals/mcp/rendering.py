@@ -288,12 +288,14 @@ def card_markdown(action: Action) -> str:
 
 def _requirement_cell(requirement: dict[str, Any]) -> str:
     """``1 of billing-approvers: 0 of 1 · rules invoices`` (groups and counts only)."""
-    clauses = [
-        " or ".join(
-            f"{markdown_code(t['group'])}: {t['approved']} of {t['count']}" for t in c["any_of"]
-        )
-        for c in requirement["all_of"]
-    ]
+
+    def threshold(t: dict[str, Any]) -> str:
+        text = f"{markdown_code(t['group'])}: {t['approved']} of {t['count']}"
+        if t.get("after"):
+            text += " (escalated)" if t.get("escalated") else f" (after {t['after']} s)"
+        return text
+
+    clauses = [" or ".join(threshold(t) for t in c["any_of"]) for c in requirement["all_of"]]
     met = "met" if requirement["met"] else "not met yet"
     rules = ", ".join(markdown_code(r) for r in requirement["rules"])
     return f"{'; '.join(clauses)} ({met}; rules {rules})"
