@@ -61,6 +61,9 @@ PAGE_ERROR_MESSAGES = [
     gettext_noop("the passkey's registration does not verify"),
     gettext_noop("this passkey is already registered"),
     gettext_noop("no such passkey"),
+    gettext_noop("only a superuser may decide by break-glass"),
+    gettext_noop("give the reason for breaking glass"),
+    gettext_noop("decide it the ordinary way"),
 ]
 PAGE_ERROR_TITLES = {
     "bad-request": gettext_lazy("The request cannot be processed"),

@@ -26,6 +26,9 @@ from ..selectors import (
     busiest,
     decision_waits,
     outcomes_by_class,
+    plans_mine,
+    plans_visible,
+    sees_every_plan,
     sign_in_refusals,
 )
 
@@ -117,10 +120,13 @@ def _titled(counts: list[tuple[str, int]]) -> list[tuple[str, int]]:
 @reviewer_page()
 def dashboard(request: HttpRequest) -> HttpResponse:
     since = timezone.now() - timedelta(days=DASHBOARD_DAYS)
+    # Each person's figures are over the plans they may see (selectors.plans_visible):
+    # every plan with the view permission, else the ones their groups decide.
+    plans = plans_visible(request.user)
     by_class: dict[str, dict[str, int]] = {
         c: dict.fromkeys(OUTCOME_GROUPS, 0) for c in ConsequenceClass.values
     }
-    for row in outcomes_by_class(since):
+    for row in outcomes_by_class(since, plans):
         for group, (_, statuses) in OUTCOME_GROUPS.items():
             if row["status"] in statuses and row["consequence_class"] in by_class:
                 by_class[row["consequence_class"]][group] += row["n"]
@@ -147,9 +153,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 "cells": [by_class[value][g] for g in OUTCOME_GROUPS],
             }
         )
-    waits = decision_waits(since)
-    top_agents = busiest(since, "agent__name")
-    top_actions = _titled(busiest(since, "action__name"))
+    waits = decision_waits(since, plans)
+    top_agents = busiest(since, "agent__name", plans=plans)
+    top_actions = _titled(busiest(since, "action__name", plans=plans))
     machinery = heartbeat_status()
     unsealed_age = audit_unsealed_age()
     context = {
@@ -161,7 +167,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "sweeper_ran": machinery["sweeper_age"] is not None,
         "sweeper_stale": machinery["sweeper_stale"],
         "workers_fresh": machinery["workers_fresh"],
-        "pending": awaiting_count(),
+        "pending": awaiting_count(plans),
+        "mine": plans_mine(request.user).count(),
+        "sees_every_plan": sees_every_plan(request.user),
         "total": sum(r["total"] for r in class_rows),
         "class_rows": class_rows,
         "class_height": len(class_rows) * 28,

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -61,6 +62,7 @@ from ..selectors import (
     plan_for_review,
     plan_newest_revision,
     plan_same_target,
+    plan_visible_to,
 )
 from ..services import (
     approval_record,
@@ -176,6 +178,9 @@ def _seen_token(plan: Plan, approvals: list, verdict: str) -> str:
 @vary_on_headers("HX-Request")
 def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
     plan = plan_for_review(plan_id)
+    if not plan_visible_to(request.user, plan.id):
+        # Neither one of its deciders nor allowed to view every plan (selectors).
+        raise PermissionDenied("you cannot see this plan: it is decided by other groups")
     language = get_language()
     part = request.GET.get("part", "") if request.htmx else ""
     awaiting = plan.status == PlanStatus.AWAITING_APPROVAL
@@ -207,7 +212,19 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         return HttpResponse(status=204)
     superseded_by = plan_newest_revision(plan)
     requirement = plan_requirement_answer(plan)
-    if requirement and not reviewer_groups(plan, request.user):
+    may_decide = not requirement or bool(reviewer_groups(plan, request.user))
+    already_decided = any(a.reviewer_id == request.user.id for a in approvals)
+    you_requested = is_requester(plan.requester, request.user)
+    # Break-glass (approvals/services.py): a superuser outside the plan's groups may still
+    # decide it, giving a reason; never their own request.
+    break_glass = (
+        decidable
+        and not may_decide
+        and request.user.is_superuser
+        and not already_decided
+        and not you_requested
+    )
+    if not may_decide:
         decidable = False
     live = plan.status in PlanStatus.in_flight() or plan.status == PlanStatus.PENDING
     context = {
@@ -225,14 +242,18 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         # Who decides (approvals/decisions): groups and counts, and whether this reader
         # is in one of the groups.
         "requirement": requirement,
-        "may_decide": not requirement or bool(reviewer_groups(plan, request.user)),
-        "already_decided": any(a.reviewer_id == request.user.id for a in approvals),
+        "clauses_met": sum(1 for c in requirement.get("all_of", []) if c["met"]),
+        "may_decide": may_decide,
+        "break_glass": break_glass,
+        "already_decided": already_decided,
         "requester_label": requester_label(plan.requester),
-        "you_requested": is_requester(plan.requester, request.user),
+        "you_requested": you_requested,
         "decidable": decidable,
         "expired": expired,
         "superseded_by": superseded_by,
-        "can_preview_again": plan.status == PlanStatus.STALE and superseded_by is None,
+        "can_preview_again": plan.status == PlanStatus.STALE
+        and superseded_by is None
+        and may_decide,
         # Unknown waits for a person (who may be typing a resolution): no auto-refresh.
         "live": live,
         "no_script_refresh": NO_SCRIPT_REFRESH_SECONDS
@@ -248,7 +269,7 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
     if request.htmx:
         return render(request, "approvals/plan_detail.html#plan-status", context)
     freshness = NOTHING
-    if decidable and not context["already_decided"]:
+    if (decidable or break_glass) and not already_decided:
         freshness = plan_freshness(plan).state
     texts = action_texts(plan.action, language)
     context.update(
@@ -399,16 +420,18 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
                     }
                 ]
             )
+    break_glass = request.POST.get("break_glass") == "1"
     try:
         approval_record(
             plan_id=plan_id,
             reviewer=request.user,
             decision=decision,
             fingerprint_seen=request.POST.get("fingerprint", ""),
-            comment=request.POST.get("comment", ""),
+            comment=request.POST.get("reason" if break_glass else "comment", ""),
             # Present when the page's script signed the approval with a passkey.
             assertion=_assertion(request.POST.get("assertion", "")),
             nonce=request.POST.get("nonce", "")[:100],
+            break_glass=break_glass,
         )
     except RequesterMayNotApprove as exc:
         # The floor (approvals/identity/requester.py): the plan's page again, saying why, as 403.
@@ -416,9 +439,15 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
         response = plan_detail.__wrapped__(request, plan_id=plan_id)  # past require_GET
         response.status_code = 403
         return response
-    messages.success(
-        request, gettext("Denied.") if decision == "deny" else gettext("Approval recorded.")
-    )
+    if break_glass:
+        messages.warning(
+            request,
+            gettext("Decided by break-glass: audited, and told to every group of the plan."),
+        )
+    else:
+        messages.success(
+            request, gettext("Denied.") if decision == "deny" else gettext("Approval recorded.")
+        )
     return redirect("approvals:plan-detail", plan_id=plan_id)
 
 

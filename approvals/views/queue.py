@@ -1,4 +1,5 @@
-"""The review queue: plans awaiting a decision (or any, filtered), refreshing in place."""
+"""The review queue: the plans the reader may decide now ("mine to decide", the default),
+or every plan they may see, filtered; refreshing in place."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from actions.text import localized
 
 from ..models import PlanStatus
 from ..pages import reviewer_page
-from ..selectors import queue_filters, queue_page, queue_page_size
+from ..selectors import plans_mine, queue_filters, queue_page, queue_page_size, sees_every_plan
 
 
 @require_GET
@@ -25,7 +26,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     filters = queue_filters(request.GET)
     size = queue_page_size(request.GET.get("per_page"))
     after = request.GET.get("after", "")
-    plans, next_cursor = queue_page(filters, after, size)
+    plans, next_cursor = queue_page(filters, after, size, user=request.user)
     language = get_language()
     for plan in plans:
         plan.title = localized(plan.action.definition.get("title"), language) or plan.action.title
@@ -37,6 +38,8 @@ def queue(request: HttpRequest) -> HttpResponse:
     if "per_page" in request.GET:
         kept["per_page"] = str(size)
     context = {
+        "mine_count": plans_mine(request.user).count(),
+        "sees_every_plan": sees_every_plan(request.user),
         "plans": plans,
         "filters": filters,
         "paged": bool(after),
