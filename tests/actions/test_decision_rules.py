@@ -309,8 +309,12 @@ def test_the_documented_section_loads_beside_the_demo_catalog(catalog):
     report = load_catalog("version: 1\n" + block("reviewers"), source="docs/catalog.md")
     assert report.decision_rules == [
         "deleting-a-contact",
+        "for-contractors",
         "invoices-are-billings",
         "large-invoices",
     ]
     large = DecisionRule.objects.get(name="large-invoices").definition
     assert large["match"]["before"] == [{"pointer": "/amount", "above": "1000.00"}]
+    assert (large["escalate_after"], large["escalate_to"]) == ("30m", "cfo-office")
+    contractors = DecisionRule.objects.get(name="for-contractors").definition
+    assert contractors["match"] == {"requester_groups": ["contractors"]}

@@ -264,6 +264,10 @@ def test_the_api_answer_gives_groups_and_counts_never_names(
 def test_the_page_says_what_is_needed_and_who_cannot_decide(client, make_plan, billing, lead):
     plan = send_invoice_plan(make_plan)
     client.force_login(lead)
+    # Another group's plan is not for leo to see at all...
+    assert client.get(reverse("approvals:plan-detail", args=[plan.id])).status_code == 403
+    # ... unless he may view every plan: then read-only.
+    lead.user_permissions.add(Permission.objects.get(codename="view_plan"))
     page = client.get(reverse("approvals:plan-detail", args=[plan.id])).content.decode()
     assert "1 of billing-approvers: 0 of 1" in page
     assert "you cannot decide this plan" in page

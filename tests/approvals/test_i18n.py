@@ -165,7 +165,7 @@ def test_the_queue_speaks_portuguese(rita, make_plan):
     plan = make_plan()
     page = text_of(rita.get(reverse("approvals:queue"), **PT))
     assert '<html lang="pt-br">' in page
-    assert "Planos aguardando uma decisão" in page
+    assert "Planos para você decidir" in page
     assert ">Aguardando aprovação<" in page  # the status label
     with translation.override("pt-br"):
         badge = str(plan.get_consequence_class_display())
@@ -292,17 +292,17 @@ def test_the_login_page_speaks_portuguese(client):
 def test_the_language_switcher_sets_the_language(rita, make_plan):
     make_plan()
     page = text_of(rita.get(reverse("approvals:queue")))
-    assert 'action="/i18n/setlang/"' in page and "Plans awaiting a decision" in page
+    assert 'action="/i18n/setlang/"' in page and "Plans for you to decide" in page
     response = rita.post(
         reverse("set_language"), {"language": "pt-br", "next": reverse("approvals:queue")}
     )
     assert response.status_code == 302 and response["Location"] == reverse("approvals:queue")
     # The choice outlives the request: no Accept-Language needed from now on.
     page = text_of(rita.get(reverse("approvals:queue")))
-    assert "Planos aguardando uma decisão" in page
+    assert "Planos para você decidir" in page
     assert '<option value="pt-br" lang="pt-br" selected>' in page
     rita.post(reverse("set_language"), {"language": "en", "next": "/plans/"})
-    assert "Plans awaiting a decision" in text_of(rita.get(reverse("approvals:queue"), **PT))
+    assert "Plans for you to decide" in text_of(rita.get(reverse("approvals:queue"), **PT))
 
 
 def test_the_switcher_refuses_to_redirect_elsewhere(rita):

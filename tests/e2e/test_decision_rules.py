@@ -56,7 +56,8 @@ def browser(live, username: str) -> httpx.Client:
 
 
 def decide(live, web: httpx.Client, plan_id: str, *, fingerprint: str, **extra) -> httpx.Response:
-    page = web.get(f"/plans/{plan_id}/")
+    # The token from the queue: a person outside the plan's groups cannot open its page.
+    page = web.get("/plans/")
     csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
     return web.post(
         f"/plans/{plan_id}/decide",
@@ -90,8 +91,9 @@ def test_only_billing_decides_an_invoice(live, rules, api, upstream):
     ]
 
     leo = browser(live, "leo")
-    page = leo.get(f"/plans/{plan['id']}/").text
-    assert "you cannot decide this plan" in page
+    # Another group's plan: not in his queue, and its page is not his to open.
+    assert plan["id"] not in leo.get("/plans/").text
+    assert leo.get(f"/plans/{plan['id']}/").status_code == 403
     refused = decide(live, leo, plan["id"], fingerprint=plan["fingerprint"])
     assert refused.status_code == 403
     assert not Approval.objects.filter(plan_id=plan["id"]).exists()
@@ -146,3 +148,60 @@ def test_a_plan_nobody_can_decide_is_refused_up_front(live, rules, api):
     assert refused.json()["detail"] == (
         "no one can approve this: billing-approvers has no active member"
     )
+
+
+def test_an_escalation_reaches_the_second_group_which_then_decides(live, api, upstream):
+    """A rule escalates invoices to finance-leads after 2 s: before, a finance lead is
+    refused; after, the sweep announces it (the live worker delivers the notice to the
+    finance group's webhook, not the billing group's), and the finance lead decides."""
+    import time
+
+    from approvals.decisions.escalations import escalations_announce
+    from approvals.models import NotificationTarget
+    from tests.approvals.test_notifications import Receiver
+
+    section = yaml.safe_load(demo_catalog_text(decision_rules=True))["reviewers"]
+    section["groups"].append("finance-leads")
+    invoices = section["rules"]["invoices-are-billings"]
+    invoices.update({"escalate_after": "2s", "escalate_to": "finance-leads"})
+    load_catalog(json.dumps({"version": 1, "reviewers": section}))
+    person("bea", "billing-approvers")
+    person("fin", "finance-leads")
+    with Receiver() as finance, Receiver() as billing:
+        for group, receiver in (("finance-leads", finance), ("billing-approvers", billing)):
+            NotificationTarget.objects.create(
+                group=Group.objects.get(name=group),
+                kind=NotificationTarget.Kind.WEBHOOK,
+                address=receiver.url,
+                secret="whsec-" + "e" * 32,
+            )
+        created = api.post(
+            "/plans", json={"action": "send_invoice", "input": {"invoice_id": "inv-2001"}}
+        )
+        assert created.status_code == 201, created.text
+        plan = created.json()
+        fin = browser(live, "fin")
+        assert decide(live, fin, plan["id"], fingerprint=plan["fingerprint"]).status_code == 403
+        assert not Approval.objects.filter(plan_id=plan["id"]).exists()
+
+        eligible_from = plan["requirement"]["all_of"][0]["any_of"][1]["eligible_from"]
+        assert plan["requirement"]["all_of"][0]["any_of"][1]["escalated"] is False
+        time.sleep(2.2)
+        assert api.get(f"/plans/{plan['id']}").json()["requirement"]["all_of"][0]["any_of"][1][
+            "escalated"
+        ]
+        assert escalations_announce() == 1  # the sweeper's step, run here
+        deadline = time.monotonic() + 15
+        while not any(b"plan.escalated" in r["body"] for r in finance.requests):
+            assert time.monotonic() < deadline, "the escalation notice never arrived"
+            time.sleep(0.1)
+        assert not any(b"plan.escalated" in r["body"] for r in billing.requests)
+        event = AuditEvent.objects.get(plan_id=plan["id"], kind="plan.escalated")
+        assert event.data["group"] == "finance-leads" and eligible_from
+
+        assert decide(live, fin, plan["id"], fingerprint=plan["fingerprint"]).status_code == 302
+        result = outcome(api, plan["id"])
+        assert result["status"] == "completed", result
+        assert result["requirement"]["met"] is True
+        assert len(upstream.writes()) == 1
+        assert Approval.objects.get(plan_id=plan["id"]).counted_for == "finance-leads"
