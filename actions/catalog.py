@@ -21,6 +21,7 @@ from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, nor
 from .lib.http import FORM_CONTENT_TYPE
 from .models import Action, ActionVersion, Connector, DecisionRule
 from .policy.reviewers import reviewers_problems, section_groups, section_rules
+from .policy.schema import document_problems
 from .rules import rule_problem
 from .spec import VERIFIABLE_KINDS, pattern_problem
 from .text import ENGLISH, languages_of, localized
@@ -291,6 +292,9 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
             if not all(str(text).strip() for text in texts):
                 problem(f"/card/{key}", "an enabled action needs a complete card")
     out.extend(_check_reads_and_results(base, action, properties))
+    if "document" in action:
+        for where, message in document_problems(kind, action["document"]):
+            problem(f"/document{where}", message)
     out.extend(_check_languages(base, action))
     approval = action.get("approval") or {}
     if (

@@ -194,23 +194,47 @@ def requirement_for(subject: dict[str, Any], rules: list[dict[str, Any]]) -> dic
     Clauses repeated by several rules are kept once: the same thing asked twice is
     asked once (two rules each wanting one billing approver want one, not two)."""
     applied: list[str] = []
-    clauses: dict[str, dict[str, Any]] = {}
+    clauses: list[dict[str, Any]] = []
     for rule in rules:
         if not rule_matches(rule, subject):
             continue
         applied.append(rule["name"])
         if "any_of" in rule:
-            new = [{"any_of": [dict(t) for t in rule["any_of"]]}]
+            clauses.append({"any_of": rule["any_of"]})
         else:
-            new = [{"any_of": [dict(t)]} for t in rule["all_of"]]
-        for clause in new:
-            clause["any_of"].sort(key=lambda t: (t["group"], t["count"]))
-            clauses.setdefault(digest(clause), clause)
-    if not applied:
+            clauses.extend({"any_of": [t]} for t in rule["all_of"])
+    return requirement_from_clauses(applied, clauses)
+
+
+def requirement_from_clauses(
+    sources: Iterable[str], clauses: Iterable[dict[str, Any]]
+) -> dict[str, Any]:
+    """A requirement from what asked for it (rule names, ``policy:<id>``) and their
+    clauses: ``{}`` when nothing did. Clauses repeated are kept once, and everything is in
+    a canonical order, so the same rules give the same requirement (and so the same
+    fingerprint) whatever order a file lists them in."""
+    sources = sorted(set(sources))
+    if not sources:
         return {}
-    # In a canonical order, so the same rules give the same requirement (and so the same
-    # fingerprint) whatever order a file lists them in.
-    return {"rules": sorted(applied), "all_of": [clauses[k] for k in sorted(clauses)]}
+    unique: dict[str, dict[str, Any]] = {}
+    for clause in clauses:
+        canonical = {
+            "any_of": sorted(
+                ({"group": t["group"], "count": t["count"]} for t in clause["any_of"]),
+                key=lambda t: (t["group"], t["count"]),
+            )
+        }
+        unique.setdefault(digest(canonical), canonical)
+    return {"rules": sources, "all_of": [unique[k] for k in sorted(unique)]}
+
+
+def requirement_merge(*requirements: dict[str, Any]) -> dict[str, Any]:
+    """Several requirements as one: every clause of each (the decision rules' and what
+    policies add), each asked once."""
+    return requirement_from_clauses(
+        [s for r in requirements for s in r.get("rules") or []],
+        [c for r in requirements for c in r.get("all_of") or []],
+    )
 
 
 def requirement_for_rule(name: str, definition: dict[str, Any]) -> dict[str, Any]:
