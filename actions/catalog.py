@@ -20,11 +20,11 @@ from actions.lib.audit import audit_record
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .lib.http import FORM_CONTENT_TYPE
 from .models import Action, ActionVersion, Connector, DecisionRule
-from .policy.engine import catalog_types
+from .policy.engine import catalog_types, policy_may_match
 from .policy.reviewers import reviewers_problems, section_groups, section_rules
-from .policy.schema import document_problems
+from .policy.schema import action_types, document_problems
 from .policy.sources import MAX_TEXT_CHARS, PARTS, check_texts, part_text
-from .policy.versions import policy_set_replace, policy_version_current
+from .policy.versions import policies_in_force, policy_set_replace, policy_version_current
 from .rules import rule_problem
 from .spec import VERIFIABLE_KINDS, pattern_problem
 from .text import ENGLISH, languages_of, localized
@@ -320,15 +320,41 @@ def _check_policies(
     return out
 
 
+# What of an action the policies' types are made of.
+_TYPED_KEYS = ("kind", "consequence_class", "input_schema", "document")
+
+
 def _check_policies_in_force(document: dict[str, Any]) -> list[CatalogProblem]:
     """A file without ``policies:`` leaves the set in force as it is: the actions it
-    defines must not break it (a field a policy reads, removed from a document)."""
+    defines must not break it (a field a policy reads, removed from a document). Only
+    when they could: an action whose types are unchanged, or a new one no policy's scope
+    can reach, is not checked again (an import proposes hundreds)."""
     current = policy_version_current()
     if current is None or not (current.enforce.strip() or current.shadow.strip()):
         return []
+    stored = dict(Action.objects.values_list("name", "definition"))
+    touched = {
+        name: definition
+        for name, definition in (document.get("actions") or {}).items()
+        if name not in stored
+        or any(stored[name].get(key) != definition.get(key) for key in _TYPED_KEYS)
+    }
+    if not touched:
+        return []
+    compiled = policies_in_force()
+    if not compiled.problem and compiled.version == current.number:
+        changed = [n for n in touched if n in stored]
+        new = [action_types(n, touched[n]) for n in touched if n not in stored]
+        reached = any(
+            policy_may_match(policy.est, action)
+            for policy in compiled.policies.values()
+            for action in new
+        )
+        if not changed and not reached:
+            return []
     checked = check_texts(
         [(part, None, getattr(current, part), "") for part in PARTS],
-        types=catalog_types(_merged_actions(document)),
+        types=catalog_types({**stored, **(document.get("actions") or {})}),
     )
     return [
         CatalogProblem(

@@ -260,7 +260,7 @@ def _compile(
     sets: dict[tuple[str, str], Any] = {}
     for part in PARTS:
         for name, action in types.items():
-            chosen = {p.id: p.est for p in members[part] if _may_match(p.est, action)}
+            chosen = {p.id: p.est for p in members[part] if policy_may_match(p.est, action)}
             sets[(part, name)] = (
                 cedarpy.PolicySet.from_json_str(
                     json.dumps({"staticPolicies": chosen, "templates": {}, "templateLinks": []})
@@ -280,7 +280,7 @@ def _compile(
     )
 
 
-def _may_match(est: Mapping[str, Any], action: ActionTypes) -> bool:
+def policy_may_match(est: Mapping[str, Any], action: ActionTypes) -> bool:
     """Can the policy's action scope match plans of ``action``? Leaving out a policy
     that cannot changes no answer: its scope would be false, and nothing else of it
     would be evaluated."""
@@ -562,7 +562,7 @@ def policy_evaluate_batch(
                 policies, part, f"the plan does not fit the policies' types: {exc}"
             )
             continue
-        except Exception as exc:  # noqa: BLE001 - hostile content must never raise here
+        except Exception as exc:  # hostile content must never raise here
             results[i] = _failed(
                 policies, part, f"the plan could not be put to the policies ({type(exc).__name__})"
             )
@@ -579,7 +579,7 @@ def policy_evaluate_batch(
                     entities,
                     schema=policies.schema,
                 )
-            except Exception as exc:  # noqa: BLE001 - e.g. a string Cedar's parser refuses
+            except Exception as exc:  # e.g. a string Cedar's parser refuses
                 for i, _, _ in batch:
                     results[i] = _failed(
                         policies, part, f"Cedar could not evaluate the plan: {exc}"

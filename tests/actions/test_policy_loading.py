@@ -604,3 +604,31 @@ def test_the_admin_shows_the_versions_with_their_diff_and_changes_none(client, c
     )
     assert deleted.status_code == 403
     assert PolicyVersion.objects.filter(pk=version.pk).exists()
+
+
+def test_the_documented_section_loads_beside_the_demo_catalog(catalog):
+    from tests.actions.test_catalog_docs import block
+
+    report = load_catalog(
+        "version: 1\n" + block("policies"), source="docs/catalog.md", base_dir=DEMO_CATALOG.parent
+    )
+    assert report.groups_created == ["security"]
+    assert policies_in_force().ids() == ["no-vip-deletes", "routine-email"]
+
+
+def test_a_new_action_is_checked_against_the_policies_whose_scope_reaches_it(catalog):
+    irreversible = """@id("red-stays")
+forbid (principal, action in Action::"class:irreversible", resource)
+when { context.before.workspace == "ws-red" };
+"""
+    load_catalog(catalog_with(irreversible))
+    erase = {**Action.objects.get(name="delete_contact").definition}
+    del erase["document"]
+    # A new irreversible action without a document: the policy could no longer read it.
+    problems = refused(yaml.safe_dump({"version": 1, "actions": {"erase_contact": erase}}))
+    assert any("erase_contact declares no document" in p.message for p in problems)
+    assert not Action.objects.filter(name="erase_contact").exists()
+    # A new reversible one no policy's scope reaches loads as it always did.
+    fax = {**Action.objects.get(name="update_contact_phone").definition}
+    report = load_catalog(yaml.safe_dump({"version": 1, "actions": {"update_contact_fax": fax}}))
+    assert report.created == ["update_contact_fax"]
