@@ -46,6 +46,7 @@ from .models import (
     Connector,
     Credential,
     DecisionRule,
+    PolicyVersion,
     VaultState,
 )
 from .openapi import OpenAPIImportError, import_openapi
@@ -695,6 +696,50 @@ class DecisionRuleAdmin(ReadOnlyAdmin):
     @admin.display(description="definition")
     def definition_yaml(self, obj: DecisionRule) -> str:
         return format_html("<pre>{}</pre>", definition_text(obj.definition))
+
+
+@admin.register(PolicyVersion)
+class PolicyVersionAdmin(ReadOnlyAdmin):
+    """The policy set's versions, newest first (the newest is in force). They change as
+    code, by loading a catalog file's ``policies:`` section, so that each change is
+    reviewed, versioned and audited (``policy.changed``)."""
+
+    list_display = ["number", "hash_short", "enforced", "shadowed", "created_by", "created_at"]
+    search_fields = ["hash", "enforce", "shadow"]
+    fields = [
+        "number",
+        "hash",
+        "created_by",
+        "created_at",
+        "diff_text",
+        "enforce_text",
+        "shadow_text",
+    ]
+    readonly_fields = fields
+
+    @admin.display(description="hash")
+    def hash_short(self, obj: PolicyVersion) -> str:
+        return obj.hash[:12]
+
+    @admin.display(description="enforced")
+    def enforced(self, obj: PolicyVersion) -> str:
+        return ", ".join((obj.policies or {}).get("enforce") or []) or "—"
+
+    @admin.display(description="shadow")
+    def shadowed(self, obj: PolicyVersion) -> str:
+        return ", ".join((obj.policies or {}).get("shadow") or []) or "—"
+
+    @admin.display(description="diff from the version before")
+    def diff_text(self, obj: PolicyVersion) -> str:
+        return format_html("<pre>{}</pre>", obj.diff or "(no change)")
+
+    @admin.display(description="enforce")
+    def enforce_text(self, obj: PolicyVersion) -> str:
+        return format_html("<pre>{}</pre>", obj.enforce or "(empty)")
+
+    @admin.display(description="shadow")
+    def shadow_text(self, obj: PolicyVersion) -> str:
+        return format_html("<pre>{}</pre>", obj.shadow or "(empty)")
 
 
 # --- agents --------------------------------------------------------------------------

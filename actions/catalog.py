@@ -20,7 +20,11 @@ from actions.lib.audit import audit_record
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
 from .lib.http import FORM_CONTENT_TYPE
 from .models import Action, ActionVersion, Connector, DecisionRule
+from .policy.engine import catalog_types, policy_may_match
 from .policy.reviewers import reviewers_problems, section_groups, section_rules
+from .policy.schema import action_types, document_problems
+from .policy.sources import MAX_TEXT_CHARS, PARTS, check_texts, part_text
+from .policy.versions import policies_in_force, policy_set_replace, policy_version_current
 from .rules import rule_problem
 from .spec import VERIFIABLE_KINDS, pattern_problem
 from .text import ENGLISH, languages_of, localized
@@ -34,6 +38,8 @@ class CatalogProblem:
     pointer: str
     message: str
     line: int | None = None
+    # For a problem inside an inline text (a policy's Cedar): its line in that text.
+    text_line: int | None = None
 
     def __str__(self) -> str:
         where = f"line {self.line}: " if self.line else ""
@@ -57,6 +63,11 @@ class LoadReport:
     # it has none, and the rules in force were left as they were).
     decision_rules: list[str] | None = None
     groups_created: list[str] = field(default_factory=list)
+    # The policy set's version in force after the load, when the file has a
+    # ``policies:`` section (None: it has none, and the set in force was left as it
+    # was); ``policies_changed``: the load made that version.
+    policies: int | None = None
+    policies_changed: bool = False
 
 
 def catalog_schema() -> dict[str, Any]:
@@ -185,11 +196,14 @@ def validate_catalog(
     source: str,
     *,
     follow_up_targets: dict[str, dict[str, Any]] | None = None,
+    policy_origins: dict[tuple[str, int], str] | None = None,
 ) -> None:
     """Raise CatalogError with every problem found; return quietly if the file is sound.
 
     ``follow_up_targets`` are definitions about to be stored beside this document (an
-    import's proposed reads): a ``check_with`` may name one of them."""
+    import's proposed reads): a ``check_with`` may name one of them. ``policy_origins``:
+    the ``.cedar`` file each policy text came from (``catalog_document`` reads them),
+    by (part, position), so a problem names the file and its line."""
     problems: list[CatalogProblem] = []
     validator = _catalog_validator()
     for error in sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path)):
@@ -208,6 +222,10 @@ def validate_catalog(
     problems.extend(_check_follow_ups(document, follow_up_targets or {}))
     if "reviewers" in document:
         problems.extend(_check_reviewers(document, known_connectors))
+    if "policies" in document:
+        problems.extend(_check_policies(document, policy_origins or {}))
+    elif actions:
+        problems.extend(_check_policies_in_force(document))
     for i, name in enumerate(document.get("unconfirmed_classes") or []):
         if name not in actions:
             problems.append(
@@ -237,6 +255,115 @@ def _check_reviewers(document: dict[str, Any], connectors: set[str]) -> list[Cat
         for pointer, message in reviewers_problems(
             section, actions=actions, connectors=connectors, groups_existing=existing
         )
+    ]
+
+
+def _merged_actions(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The stored actions' definitions, with this file's over them."""
+    actions = dict(Action.objects.values_list("name", "definition"))
+    actions.update(document.get("actions") or {})
+    return actions
+
+
+def _check_policies(
+    document: dict[str, Any], origins: dict[tuple[str, int], str]
+) -> list[CatalogProblem]:
+    """The ``policies:`` section against this file's actions and the stored ones, and
+    the groups there are or will be (actions/policy/sources.py): each problem with its
+    line, in the file it came from or in the catalog."""
+    section = document["policies"] or {}
+    out: list[CatalogProblem] = []
+    texts = []
+    for part in PARTS:
+        for i, item in enumerate(section.get(part) or []):
+            if "text" not in item:
+                out.append(
+                    CatalogProblem(
+                        f"/policies/{part}/{i}/file",
+                        "policy files are read relative to the catalog file: load the "
+                        "catalog from its file (manage.py load_catalog FILE)",
+                    )
+                )
+                continue
+            texts.append((part, i, item["text"], origins.get((part, i), "")))
+    if out:
+        return out
+    declared = set(section.get("groups") or [])
+    declared |= set(((document.get("reviewers") or {}).get("groups")) or [])
+
+    def groups_existing(wanted: set[str]) -> set[str]:
+        return declared | set(Group.objects.filter(name__in=wanted).values_list("name", flat=True))
+
+    checked = check_texts(
+        texts, types=catalog_types(_merged_actions(document)), groups_existing=groups_existing
+    )
+    for problem in checked.problems:
+        if problem.origin:
+            where = (
+                f"{problem.origin}, line {problem.line}: "
+                if problem.line
+                else f"{problem.origin}: "
+            )
+            out.append(
+                CatalogProblem(
+                    f"/policies/{problem.part}/{problem.item}/file", where + problem.message
+                )
+            )
+        else:
+            out.append(
+                CatalogProblem(
+                    f"/policies/{problem.part}/{problem.item}/text",
+                    problem.message,
+                    text_line=problem.line,
+                )
+            )
+    return out
+
+
+# What of an action the policies' types are made of.
+_TYPED_KEYS = ("kind", "consequence_class", "input_schema", "document")
+
+
+def _check_policies_in_force(document: dict[str, Any]) -> list[CatalogProblem]:
+    """A file without ``policies:`` leaves the set in force as it is: the actions it
+    defines must not break it (a field a policy reads, removed from a document). Only
+    when they could: an action whose types are unchanged, or a new one no policy's scope
+    can reach, is not checked again (an import proposes hundreds)."""
+    current = policy_version_current()
+    if current is None or not (current.enforce.strip() or current.shadow.strip()):
+        return []
+    stored = dict(Action.objects.values_list("name", "definition"))
+    touched = {
+        name: definition
+        for name, definition in (document.get("actions") or {}).items()
+        if name not in stored
+        or any(stored[name].get(key) != definition.get(key) for key in _TYPED_KEYS)
+    }
+    if not touched:
+        return []
+    compiled = policies_in_force()
+    if not compiled.problem and compiled.version == current.number:
+        changed = [n for n in touched if n in stored]
+        new = [action_types(n, touched[n]) for n in touched if n not in stored]
+        reached = any(
+            policy_may_match(policy.est, action)
+            for policy in compiled.policies.values()
+            for action in new
+        )
+        if not changed and not reached:
+            return []
+    checked = check_texts(
+        [(part, None, getattr(current, part), "") for part in PARTS],
+        types=catalog_types({**stored, **(document.get("actions") or {})}),
+    )
+    return [
+        CatalogProblem(
+            "",
+            f"the policies in force (version {current.number}) would not hold with these "
+            f"actions: {p.part}, line {p.line}: {p.message} (load a policies: section that "
+            "fits them)",
+        )
+        for p in checked.problems
     ]
 
 
@@ -291,6 +418,9 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
             if not all(str(text).strip() for text in texts):
                 problem(f"/card/{key}", "an enabled action needs a complete card")
     out.extend(_check_reads_and_results(base, action, properties))
+    if "document" in action:
+        for where, message in document_problems(kind, action["document"]):
+            problem(f"/document{where}", message)
     out.extend(_check_languages(base, action))
     approval = action.get("approval") or {}
     if (
@@ -693,30 +823,133 @@ def load_catalog(
     source: str = "<catalog>",
     base_urls: dict[str, str] | None = None,
     actor: str = "catalog",
+    base_dir: Path | None = None,
 ) -> LoadReport:
     """Validate and apply a catalog file in one transaction.
 
     An action whose definition changed gets a new version (and digest): plans previewed
-    under the old definition can no longer be approved or executed.
+    under the old definition can no longer be approved or executed. ``base_dir``: the
+    catalog file's directory, where the ``.cedar`` files its ``policies:`` names are.
     """
-    return catalog_apply(catalog_document(text, source=source, base_urls=base_urls), actor=actor)
+    return catalog_apply(
+        catalog_document(text, source=source, base_urls=base_urls, base_dir=base_dir),
+        actor=actor,
+    )
 
 
 def catalog_document(
-    text: str, *, source: str = "<catalog>", base_urls: dict[str, str] | None = None
+    text: str,
+    *,
+    source: str = "<catalog>",
+    base_urls: dict[str, str] | None = None,
+    base_dir: Path | None = None,
 ) -> dict[str, Any]:
     """A catalog file parsed and validated (CatalogError with every problem, each with its
-    line), ready for ``catalog_apply``; ``base_urls`` override the connectors' addresses."""
+    line), ready for ``catalog_apply``; ``base_urls`` override the connectors' addresses.
+    The ``.cedar`` files the ``policies:`` section names are read (from ``base_dir``) and
+    put in the document as text: what is applied is exactly what was validated."""
     document = parse_catalog_text(text, source)
     for name, url in (base_urls or {}).items():
         document.setdefault("connectors", {}).setdefault(name, {})["base_url"] = url
     try:
-        validate_catalog(document, source)
+        origins = _read_policy_files(document, base_dir, source)
+        validate_catalog(document, source, policy_origins=origins)
     except CatalogError as exc:
         for problem in exc.problems:
-            problem.line = problem.line or line_of(text, problem.pointer)
+            if problem.line:
+                continue
+            if problem.text_line:
+                problem.line = _line_in_text(text, problem.pointer, problem.text_line)
+            else:
+                problem.line = line_of(text, problem.pointer)
         raise
     return document
+
+
+MAX_POLICY_FILES = 200
+
+
+def _read_policy_files(
+    document: dict[str, Any], base_dir: Path | None, source: str
+) -> dict[tuple[str, int], str]:
+    """Replace each ``{file: NAME}`` of the ``policies:`` section by ``{text: …}``, the
+    file's content; returns the file each text came from. A file must be a ``.cedar``
+    file inside the catalog file's directory. Without ``base_dir`` the items are left as
+    they are (validation says the catalog must be loaded from its file)."""
+    section = document.get("policies")
+    origins: dict[tuple[str, int], str] = {}
+    if not isinstance(section, dict) or base_dir is None:
+        return origins
+    problems: list[CatalogProblem] = []
+    root = Path(base_dir).resolve()
+    for part in PARTS:
+        items = section.get(part)
+        if not isinstance(items, list):
+            continue
+        for i, item in enumerate(items):
+            if (
+                not isinstance(item, dict)
+                or set(item) != {"file"}
+                or not isinstance(item["file"], str)
+            ):
+                continue  # the schema says what is wrong with it
+            name = item["file"]
+            pointer = f"/policies/{part}/{i}/file"
+            path = (root / name).resolve()
+            if (
+                not name.endswith(".cedar")
+                or ".." in Path(name).parts
+                or not path.is_relative_to(root)
+            ):
+                problems.append(
+                    CatalogProblem(
+                        pointer, "a policy file is a .cedar file inside the catalog's directory"
+                    )
+                )
+                continue
+            if len(origins) >= MAX_POLICY_FILES:
+                problems.append(CatalogProblem(pointer, f"at most {MAX_POLICY_FILES} policy files"))
+                continue
+            try:
+                content = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+                problems.append(CatalogProblem(pointer, f"cannot read {name}: {why}"))
+                continue
+            if len(content) > MAX_TEXT_CHARS:
+                problems.append(
+                    CatalogProblem(pointer, f"{name} is longer than {MAX_TEXT_CHARS // 1024} KiB")
+                )
+                continue
+            items[i] = {"text": content}
+            origins[(part, i)] = name
+    if problems:
+        raise CatalogError(source, problems)
+    return origins
+
+
+def _line_in_text(text: str, pointer: str, offset: int) -> int | None:
+    """The catalog line of line ``offset`` of the string at ``pointer`` (a policy's Cedar
+    written inline): a block scalar's content starts on the line after its ``|``."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    for token in [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == token), None)
+        elif (
+            isinstance(node, yaml.SequenceNode) and token.isdigit() and int(token) < len(node.value)
+        ):
+            node = node.value[int(token)]
+        else:
+            node = None
+        if node is None:
+            return line_of(text, pointer)
+    first = node.start_mark.line + 1
+    if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
+        first += 1
+    return first + offset - 1
 
 
 def catalog_apply(document: dict[str, Any], *, actor: str = "catalog") -> LoadReport:
@@ -747,7 +980,25 @@ def catalog_apply(document: dict[str, Any], *, actor: str = "catalog") -> LoadRe
             getattr(report, change).append(name)
         if "reviewers" in document:
             decision_rules_replace(document["reviewers"] or {}, actor=actor, report=report)
+        if "policies" in document:
+            policies_replace(document["policies"] or {}, actor=actor, report=report)
     return report
+
+
+def policies_replace(section: dict[str, Any], *, actor: str, report: LoadReport) -> None:
+    """Put a validated ``policies:`` section in force as a whole (its files already read
+    into text): a new version when the text of either part changed, audited; declared
+    groups that do not exist are made (empty, without permissions). Runs inside the
+    caller's transaction."""
+    for name in sorted(section.get("groups") or []):
+        _group, made = Group.objects.get_or_create(name=name)
+        if made and name not in report.groups_created:
+            report.groups_created.append(name)
+    texts = {part: part_text(item["text"] for item in section.get(part) or []) for part in PARTS}
+    version = policy_set_replace(enforce=texts["enforce"], shadow=texts["shadow"], actor=actor)
+    current = version or policy_version_current()
+    report.policies = current.number if current else 0
+    report.policies_changed = version is not None
 
 
 def decision_rules_replace(

@@ -17,6 +17,8 @@ import yaml
 from .catalog import catalog_schema
 from .models import Action, Connector, DecisionRule
 from .policy.reviewers import section_groups
+from .policy.sources import required_groups
+from .policy.versions import policy_version_current
 
 HEADER = (
     "# Countersign catalog, exported. Load it with `manage.py load_catalog FILE`.\n"
@@ -112,6 +114,19 @@ def export_catalog(*, connectors: list[str] | None = None) -> str:
                 "groups": sorted(section_groups({"rules": dict(rules)})),
                 "rules": dict(rules),
             }
+        # The policy set in force, each part inline (a file's policies were read into
+        # it when it was loaded), with the groups its @require name: loading the export
+        # makes no new version.
+        current = policy_version_current()
+        if current is not None:
+            groups = required_groups(current.enforce) | required_groups(current.shadow)
+            document["policies"] = {
+                **({"groups": sorted(groups)} if groups else {}),
+                **{
+                    part: [{"text": text}] if text else []
+                    for part, text in (("enforce", current.enforce), ("shadow", current.shadow))
+                },
+            }
     root = _ordering_schema()
     return header + _dump(_ordered(document, root, root["$defs"]))
 
@@ -140,11 +155,13 @@ def _number(value: float) -> float | int:
 
 
 def _ordering_schema() -> dict[str, Any]:
-    """The catalog schema, with input_schema marked as a JSON Schema to order as one."""
+    """The catalog schema, with input_schema and document marked as JSON Schemas to order
+    as such."""
     schema = catalog_schema()
     action = schema.get("$defs", {}).get("action", {})
-    if "input_schema" in action.get("properties", {}):
-        action["properties"]["input_schema"] = _JSON_SCHEMA
+    for key in ("input_schema", "document"):
+        if key in action.get("properties", {}):
+            action["properties"][key] = _JSON_SCHEMA
     return schema
 
 

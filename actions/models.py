@@ -363,3 +363,28 @@ class DecisionRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class PolicyVersion(models.Model):
+    """One version of the policy set (the catalog's ``policies:`` section): the Cedar text
+    of its two parts as loaded, the hash that names it, who made it and the diff from the
+    version before. The newest is the set in force (actions/policy/versions.py); rows are
+    only ever added, by loading a catalog file."""
+
+    number = models.PositiveIntegerField(unique=True)
+    enforce = models.TextField(blank=True)
+    shadow = models.TextField(blank=True)
+    # SHA-256 of the canonical JSON of both texts (actions/policy/sources.py: set_hash).
+    hash = models.CharField(max_length=64)
+    # The policy ids of each part, for the admin's list: {"enforce": [...], "shadow": [...]}.
+    policies = models.JSONField(default=dict, blank=True)
+    # A unified diff from the previous version's text, cut at a bound (versions.py).
+    diff = models.TextField(blank=True)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-number"]
+
+    def __str__(self) -> str:
+        return f"policy set v{self.number} ({self.hash[:12]})"

@@ -111,6 +111,28 @@ def diff(before: Any, after: Any, pointer: str = "") -> list[dict[str, Any]]:
     return [{"path": pointer or "/", "op": "replace", "before": before, "after": after}]
 
 
+def planned_after(kind: str, before: Any, body: Any) -> Any:
+    """What the target would be after a change of ``kind`` that sends ``body`` (the
+    rendered write body) to the target as read (``before``; None when nothing is read)."""
+    if kind == "update":
+        return merge_patch(before, body)
+    if kind in ("replace", "create", "invoke"):
+        return body
+    return None  # delete: nothing is left; read: nothing changes
+
+
+def planned_change(spec: ActionSpec, values: dict[str, Any], before: Any) -> tuple[Any, list]:
+    """(after, changes) of a plan of ``spec`` on a validated input, given the target as
+    read, computed as the preview computes them, without any network: for policy tests
+    and for anything that already holds ``before``."""
+    if spec.kind == "read":
+        return None, []
+    if spec.kind in ("create", "invoke"):
+        before = None
+    after = planned_after(spec.kind, before, spec.render_body(spec.write.body, values))
+    return after, diff(before, after)
+
+
 def set_pointer(document: dict[str, Any], pointer: str, value: Any) -> dict[str, Any]:
     result = copy.deepcopy(document)
     tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
@@ -208,12 +230,7 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
         if not read.exists:
             raise TargetNotFound(f"{target_path} was not found upstream")
         before = read.body
-        if spec.kind == "update":
-            after = merge_patch(before, body)
-        elif spec.kind == "replace":
-            after = body
-        else:
-            after = None
+        after = planned_after(spec.kind, before, body)
         enforced = {"if_match": "if_match", "field": "field"}.get(spec.write.precondition, "reread")
         weak = spec.version.source == "etag" and is_weak_etag(read.version)
         if weak and enforced == "if_match":

@@ -206,7 +206,7 @@ class Deployment:
         )
         self.stack.add(proc)
         catalog = (ROOT / "demo" / "catalog.yaml").read_text()
-        load_catalog(catalog, base_urls={"demo": self.upstream_url})
+        load_catalog(catalog, base_urls={"demo": self.upstream_url}, base_dir=ROOT / "demo")
         connector = Connector.objects.get(name="demo")
         credential_set(
             connector=connector, role=Credential.Role.READ, secret={"token": self.read_token}

@@ -103,7 +103,7 @@ def prepare(upstream_url: str) -> dict[str, str]:
 
     call_command("migrate", verbosity=0)
     catalog = (ROOT / "demo" / "catalog.yaml").read_text()
-    load_catalog(catalog, base_urls={"demo": upstream_url})
+    load_catalog(catalog, base_urls={"demo": upstream_url}, base_dir=ROOT / "demo")
     from actions.models import Connector
 
     # Previews read with the read credential; nothing is executed, so no write one.

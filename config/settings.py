@@ -19,6 +19,7 @@ import os
 import secrets
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
@@ -486,6 +487,15 @@ COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE = env_bool(
 # disables. Counted in Redis (REDIS_URL) so every web process shares the count; without
 # Redis (embedded mode) in Django's cache, which is per process.
 COUNTERSIGN_RATE_LIMIT = env_str("COUNTERSIGN_RATE_LIMIT", "60/minute")
+# The time zone of the time a policy sees (context.time: hour, minute, weekday), so that
+# "on weekdays, 9 to 17" means the organisation's hours (docs/policy.md).
+COUNTERSIGN_POLICY_TIMEZONE = env_str("COUNTERSIGN_POLICY_TIMEZONE", "UTC")
+try:
+    ZoneInfo(COUNTERSIGN_POLICY_TIMEZONE)
+except (ZoneInfoNotFoundError, ValueError):
+    raise ImproperlyConfigured(
+        f"COUNTERSIGN_POLICY_TIMEZONE: {COUNTERSIGN_POLICY_TIMEZONE!r} is no IANA time zone"
+    ) from None
 # Idempotency-Key records for POST /plans are kept at least this long.
 COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS = env_int("COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS", 86400)
 # Upstream HTTP defaults (a connector may set its own, never above these caps).

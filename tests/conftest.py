@@ -29,7 +29,9 @@ DEMO_CATALOG = ROOT / "demo" / "catalog.yaml"
 
 def demo_catalog_text(*, decision_rules: bool = False) -> str:
     """The demo catalog's text, without its ``reviewers:`` section (the decision rules)
-    unless asked for: the suite's plans keep their class defaults."""
+    and the ``policies:`` section after it unless asked for: the suite's plans keep their
+    class defaults. (With them, load it with ``base_dir=DEMO_CATALOG.parent``: the
+    policies are files beside it.)"""
     text = DEMO_CATALOG.read_text()
     return text if decision_rules else text.split("\nreviewers:\n")[0] + "\n"
 
@@ -162,7 +164,9 @@ def demo_catalog_document(upstream_server, django_db_setup, django_db_blocker) -
 
     with django_db_blocker.unblock():
         document = catalog_document(
-            DEMO_CATALOG.read_text(), base_urls={"demo": upstream_server.url}
+            DEMO_CATALOG.read_text(),
+            base_urls={"demo": upstream_server.url},
+            base_dir=DEMO_CATALOG.parent,
         )
     # The suite's plans keep the class defaults; tests of decision rules load the demo's
     # (tests/approvals/test_decision_rules.py) or their own.

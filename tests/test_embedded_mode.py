@@ -16,7 +16,7 @@ from django.conf import settings
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = r"""
-import json, sys, django
+import json, pathlib, sys, django
 django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
@@ -32,7 +32,8 @@ from executors.services import execution_run
 
 upstream = DemoUpstream(read_token="r-token-embedded", write_token="w-token-embedded").start()
 try:
-    load_catalog(open(sys.argv[1]).read(), base_urls={"demo": upstream.url})
+    catalog = pathlib.Path(sys.argv[1])
+    load_catalog(catalog.read_text(), base_urls={"demo": upstream.url}, base_dir=catalog.parent)
     demo = Connector.objects.get(name="demo")
     credential_set(connector=demo, role=Credential.Role.READ, secret={"token": "r-token-embedded"})
     credential_set(connector=demo, role=Credential.Role.WRITE, secret={"token": "w-token-embedded"})

@@ -55,10 +55,6 @@ def check_drafts(
     for draft in drafts:
         budget.check_time(draft.op.pointer)
         draft.outcome = "refused"
-        problems = _follow_up_checked(draft)
-        if problems:
-            refuse_draft(report, draft, *(f"proposed definition {p}" for p in problems))
-            continue
         current = existing.get(draft.name)
         if current is not None and current.source != Action.Source.OPENAPI:
             refuse_draft(
@@ -79,6 +75,12 @@ def check_drafts(
                 f"{current.connector.name!r}: names are unique in the catalog; "
                 f"import with a prefix (--prefix {report.connector}_)",
             )
+            continue
+        # After the name: a definition checked against the catalog under a name that is
+        # not its own (the policies in force read that name's plans) says nothing useful.
+        problems = _follow_up_checked(draft)
+        if problems:
+            refuse_draft(report, draft, *(f"proposed definition {p}" for p in problems))
             continue
         proposed = ProposedAction(
             name=draft.name,

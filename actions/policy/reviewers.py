@@ -238,7 +238,7 @@ def requirement_for(subject: dict[str, Any], rules: list[dict[str, Any]]) -> dic
     Clauses repeated by several rules are kept once: the same thing asked twice is
     asked once (two rules each wanting one billing approver want one, not two)."""
     applied: list[str] = []
-    clauses: dict[str, dict[str, Any]] = {}
+    clauses: list[dict[str, Any]] = []
     for rule in rules:
         if not rule_matches(rule, subject):
             continue
@@ -251,17 +251,47 @@ def requirement_for(subject: dict[str, Any], rules: list[dict[str, Any]]) -> dic
             after = duration_seconds(rule["escalate_after"])
             for clause in new:
                 count = min(t["count"] for t in clause["any_of"])
-                clause["any_of"].append(
-                    {"group": rule["escalate_to"], "count": count, "after": after}
-                )
-        for clause in new:
-            clause["any_of"].sort(key=_threshold_order)
-            clauses.setdefault(digest(clause), clause)
-    if not applied:
+                clause["any_of"] = [
+                    *clause["any_of"],
+                    {"group": rule["escalate_to"], "count": count, "after": after},
+                ]
+        clauses.extend(new)
+    return requirement_from_clauses(applied, clauses)
+
+
+def requirement_from_clauses(
+    sources: Iterable[str], clauses: Iterable[dict[str, Any]]
+) -> dict[str, Any]:
+    """A requirement from what asked for it (rule names, ``policy:<id>``) and their
+    clauses: ``{}`` when nothing did. Clauses repeated are kept once, and everything is in
+    a canonical order, so the same rules give the same requirement (and so the same
+    fingerprint) whatever order a file lists them in."""
+    sources = sorted(set(sources))
+    if not sources:
         return {}
-    # In a canonical order, so the same rules give the same requirement (and so the same
-    # fingerprint) whatever order a file lists them in.
-    return {"rules": sorted(applied), "all_of": [clauses[k] for k in sorted(clauses)]}
+    unique: dict[str, dict[str, Any]] = {}
+    for clause in clauses:
+        canonical = {
+            "any_of": sorted(
+                (
+                    {"group": t["group"], "count": t["count"]}
+                    | ({"after": t["after"]} if t.get("after") else {})
+                    for t in clause["any_of"]
+                ),
+                key=_threshold_order,
+            )
+        }
+        unique.setdefault(digest(canonical), canonical)
+    return {"rules": sources, "all_of": [unique[k] for k in sorted(unique)]}
+
+
+def requirement_merge(*requirements: dict[str, Any]) -> dict[str, Any]:
+    """Several requirements as one: every clause of each (the decision rules' and what
+    policies add), each asked once."""
+    return requirement_from_clauses(
+        [s for r in requirements for s in r.get("rules") or []],
+        [c for r in requirements for c in r.get("all_of") or []],
+    )
 
 
 def _threshold_order(threshold: dict[str, Any]) -> tuple[str, int, int]:

@@ -207,7 +207,11 @@ def test_the_export_carries_the_section_and_loads_back_unchanged(catalog):
 def test_the_demo_catalogs_section_loads(db):
     from tests.conftest import DEMO_CATALOG
 
-    report = load_catalog(DEMO_CATALOG.read_text(), base_urls={"demo": "http://127.0.0.1:1"})
+    report = load_catalog(
+        DEMO_CATALOG.read_text(),
+        base_urls={"demo": "http://127.0.0.1:1"},
+        base_dir=DEMO_CATALOG.parent,
+    )
     assert report.decision_rules == ["deleting-a-contact", "invoices-are-billings"]
     assert set(Group.objects.values_list("name", flat=True)) >= {
         "billing-approvers",

@@ -582,7 +582,7 @@ def test_a_reviewed_action_is_not_overwritten(connectors):
 
 
 def test_a_name_taken_by_a_catalog_action_is_refused(db):
-    load_catalog(DEMO_CATALOG.read_text())
+    load_catalog(DEMO_CATALOG.read_text(), base_dir=DEMO_CATALOG.parent)
     before = Action.objects.get(name="update_contact_email")
 
     report = run(mini(contact_patch()), connector="demo")

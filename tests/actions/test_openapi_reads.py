@@ -515,7 +515,7 @@ def test_a_link_to_a_get_that_is_not_proposed_wires_nothing(api):
 
 
 def test_a_read_refused_after_all_takes_its_check_with_along(db):
-    load_catalog(DEMO_CATALOG.read_text())
+    load_catalog(DEMO_CATALOG.read_text(), base_dir=DEMO_CATALOG.parent)
     # The GET's read would be named like the catalog's own get_contact: refused, so the
     # write that links to it is proposed without check_with (and without the link's field).
     record = {"type": "object", "properties": {"state": {"type": "string"}}}

@@ -50,7 +50,7 @@ from django.contrib.auth.models import Permission
 from actions.catalog import load_catalog
 from actions.models import Connector, Credential
 from actions.services import agent_create, credential_set
-load_catalog(open("demo/catalog.yaml").read(), base_urls={"demo": sys.argv[1]})
+load_catalog(open("demo/catalog.yaml").read(), base_urls={"demo": sys.argv[1]}, base_dir="demo")
 connector = Connector.objects.get(name="demo")
 credential_set(connector=connector, role=Credential.Role.READ, secret={"token": sys.argv[2]})
 credential_set(connector=connector, role=Credential.Role.WRITE, secret={"token": sys.argv[3]})

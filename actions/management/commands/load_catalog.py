@@ -33,7 +33,7 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {file}: {exc.strerror}") from None
         try:
-            report = load_catalog(text, source=str(path), base_urls=overrides)
+            report = load_catalog(text, source=str(path), base_urls=overrides, base_dir=path.parent)
         except CatalogError as exc:
             lines = [f"{exc.source}: the catalog was not loaded:"]
             lines += [f"  {problem}" for problem in exc.problems]
@@ -45,3 +45,6 @@ class Command(BaseCommand):
         )
         for name in report.updated:
             self.stdout.write(f"  {name}: new version (pending plans of the old one cannot run)")
+        if report.policies is not None:
+            state = "new" if report.policies_changed else "unchanged"
+            self.stdout.write(f"  policies: version {report.policies} in force ({state})")

@@ -1,0 +1,617 @@
+"""Evaluating policies over a plan: what the policies say, and the floor under it.
+
+A plan is put to Cedar as one request:
+
+* **principal** ``Agent::"<name>"``: ``name``, ``registrar`` (who registered it, or
+  ""), the agent's attributes as tags (strings; other values as canonical JSON), and
+  ``on_behalf_of``, when a person's token came with the plan: ``Person::"<iss> <sub>"``,
+  a member of ``Group::"<name>"`` for each of their groups;
+* **action** the catalog action, ``Action::"send_invoice"``, a member of
+  ``Action::"class:<consequence class>"`` and ``Action::"kind:<change kind>"``;
+* **resource** ``Target::"<connector> <path>"`` with ``connector`` and ``path``;
+* **context**, typed per action (schema.py): ``input``, ``before`` and ``after``,
+  ``changed`` (the changed pointers), ``deltas`` (pointer → after − before, for the
+  document's numeric fields that changed), ``email_domains`` (pointer → the domain of
+  an e-mail field before and after), ``rate`` (``hour``, ``day``: the agent's plans for
+  this action, as the caller counted them) and ``time`` (``hour``, ``minute``,
+  ``weekday`` "mon"…"sun", in COUNTERSIGN_POLICY_TIMEZONE).
+
+The outcome (``PolicyResult.outcome``):
+
+1. a satisfied ``forbid`` → ``refuse``, with its ``@reason``;
+2. otherwise a satisfied ``@require`` permit → ``review``, its clauses added to the
+   plan's requirement, even if an ``@approve`` matched too (more people, never fewer);
+3. otherwise a satisfied ``@approve`` permit → ``approve``, unless the floor says no;
+4. otherwise ``review``, with the decision rules' requirement alone.
+
+The floor: an irreversible plan is never approved by policy; a policy that fails to
+evaluate never leads to ``approve`` (any error, and the outcome is at least
+``review``, with the errors in the result); an erroring ``forbid`` is not a refusal
+(Cedar skips it) and not a yes either; an erroring ``@require`` adds its clause
+anyway. Nothing a plan holds makes evaluation raise: a value that does not fit its
+type, or anything else that stops the request being built, is an error of the plan's
+evaluation, so ``review``.
+
+Pure: no database, no app. The set in force is loaded and cached by versions.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import cedarpy
+from django.conf import settings
+
+from ..lib.canonical import canonical_bytes, resolve_pointer
+from .reviewers import requirement_from_clauses
+from .schema import (
+    AGENT,
+    GROUP,
+    PERSON,
+    TARGET,
+    ActionTypes,
+    DecimalType,
+    Misfit,
+    Record,
+    action_types,
+    cedar_schema,
+    class_group,
+    decimal_text,
+    kind_group,
+)
+from .sources import ENFORCE, PARTS, SHADOW, Policy, Problem, check_texts, set_hash
+
+REFUSE = "refuse"
+APPROVE = "approve"
+REVIEW = "review"
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+MAX_ERROR_CHARS = 300
+FLOOR_IRREVERSIBLE = "irreversible plans are never approved by policy"
+FLOOR_ERRORS = "a policy failed to evaluate, so no policy approves this plan"
+
+
+class PolicySetInvalid(Exception):
+    """A policy set that cannot be put in force: every problem, each with its line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(_problem_text(p) for p in problems))
+
+
+def _problem_text(problem: Problem) -> str:
+    where = problem.origin or problem.part
+    if problem.line:
+        where += f", line {problem.line}"
+    return f"{where}: {problem.message}"
+
+
+# --- what a plan brings -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    """Everything a policy may look at, for one plan: what the integration has at
+    submission (and the worker at its claim, the backtest from history)."""
+
+    action: str
+    agent: str
+    target: Mapping[str, Any]  # {"connector", "path", ...}
+    input: Mapping[str, Any]
+    now: datetime
+    before: Any = None
+    after: Any = None
+    changes: Sequence[Mapping[str, Any]] = ()
+    registrar: str = ""
+    agent_attributes: Mapping[str, Any] = field(default_factory=dict)
+    # The person the plan is for (Plan.requester: iss, sub, groups), or None.
+    requester: Mapping[str, Any] | None = None
+    rate_hour: int = 0
+    rate_day: int = 0
+
+
+@dataclass(frozen=True)
+class PolicyFailure:
+    """A policy that failed to evaluate (``policy`` is "" when the plan itself could
+    not be put to the policies)."""
+
+    policy: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    outcome: str  # REFUSE | APPROVE | REVIEW
+    # The policies that decided: the satisfied forbids (refuse), the @approve permits
+    # (approve), the @require permits whose clauses were added (review), or none.
+    policies: tuple[str, ...] = ()
+    reason: str = ""  # for a refusal: the forbids' @reason
+    # Added to the decision rules' requirement ({} when nothing is): {"rules":
+    # ["policy:<id>", …], "all_of": [{"any_of": [{"group", "count"}]}]}.
+    requirement: Mapping[str, Any] = field(default_factory=dict)
+    errors: tuple[PolicyFailure, ...] = ()
+    # Why a satisfied @approve did not approve (FLOOR_IRREVERSIBLE, FLOOR_ERRORS), or "".
+    floor: str = ""
+    # Every policy whose conditions held (a refusal names only its forbids: Cedar stops
+    # looking at permits once a forbid holds).
+    matched: tuple[str, ...] = ()
+    set_hash: str = ""
+    version: int = 0
+    part: str = ENFORCE
+
+    def as_dict(self) -> dict[str, Any]:
+        """As stored with a plan or sent in an answer (JSON)."""
+        return {
+            "outcome": self.outcome,
+            "policies": list(self.policies),
+            "reason": self.reason,
+            "requirement": dict(self.requirement),
+            "errors": [{"policy": e.policy, "message": e.message} for e in self.errors],
+            "floor": self.floor,
+            "matched": list(self.matched),
+            "set_hash": self.set_hash,
+            "version": self.version,
+            "part": self.part,
+        }
+
+
+# --- a compiled set ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompiledPolicies:
+    """A policy set ready to evaluate: parsed once, with the catalog's types and Cedar
+    schema. ``sets[(part, action)]`` holds only the policies whose scope can match that
+    action (None: none can), so an evaluation looks at the policies that concern it."""
+
+    version: int
+    hash: str
+    enforce_text: str
+    shadow_text: str
+    types: Mapping[str, ActionTypes]
+    schema: Any  # cedarpy.Schema
+    policies: Mapping[tuple[str, str], Policy]  # (part, id) -> policy
+    sets: Mapping[tuple[str, str], Any]  # (part, action) -> cedarpy.PolicySet | None
+    # Not "": the set does not hold with the catalog it is evaluated against (a change
+    # made around the loader); every evaluation is then an error, so a review.
+    problem: str = ""
+
+    def ids(self, part: str = ENFORCE) -> list[str]:
+        return sorted(i for p, i in self.policies if p == part)
+
+    @property
+    def empty(self) -> bool:
+        return not self.policies
+
+
+def catalog_types(actions: Mapping[str, Mapping[str, Any]]) -> dict[str, ActionTypes]:
+    return {name: action_types(name, definition) for name, definition in actions.items()}
+
+
+def policies_compile(
+    *,
+    enforce: str,
+    shadow: str = "",
+    actions: Mapping[str, Mapping[str, Any]],
+    version: int = 0,
+    groups_existing: set[str] | None = None,
+) -> CompiledPolicies:
+    """Check and compile a set (the texts of its two parts) against ``actions`` (name →
+    definition). Raises PolicySetInvalid with every problem. ``groups_existing``: the
+    groups ``@require`` may name (None: not checked, as for the set already in force,
+    whose groups the submission checks)."""
+    types = catalog_types(actions)
+    schema_json = json.dumps(cedar_schema(types))
+    schema = cedarpy.Schema.from_json_str(schema_json)
+    checked = check_texts(
+        [(ENFORCE, None, enforce, ""), (SHADOW, None, shadow, "")],
+        types=types,
+        groups_existing=groups_existing,
+        schema=schema,
+    )
+    if checked.problems:
+        raise PolicySetInvalid(checked.problems)
+    return _compile(
+        checked.policies,
+        types=types,
+        schema=schema,
+        version=version,
+        enforce=enforce,
+        shadow=shadow,
+    )
+
+
+def policies_broken(*, enforce: str, shadow: str, version: int, problem: str) -> CompiledPolicies:
+    """A set in force that no longer holds: every evaluation is an error (a review)."""
+    return CompiledPolicies(
+        version=version,
+        hash=set_hash(enforce, shadow),
+        enforce_text=enforce,
+        shadow_text=shadow,
+        types={},
+        schema=None,
+        policies={},
+        sets={},
+        problem=problem,
+    )
+
+
+def _compile(
+    policies: list[Policy],
+    *,
+    types: Mapping[str, ActionTypes],
+    schema: Any,
+    version: int,
+    enforce: str,
+    shadow: str,
+) -> CompiledPolicies:
+    members: dict[str, list[Policy]] = {
+        ENFORCE: [p for p in policies if p.part == ENFORCE and not p.shadow],
+        SHADOW: [p for p in policies if p.part == SHADOW or p.shadow],
+    }
+    by_id = {(part, p.id): p for part in PARTS for p in members[part]}
+    sets: dict[tuple[str, str], Any] = {}
+    for part in PARTS:
+        for name, action in types.items():
+            chosen = {p.id: p.est for p in members[part] if policy_may_match(p.est, action)}
+            sets[(part, name)] = (
+                cedarpy.PolicySet.from_json_str(
+                    json.dumps({"staticPolicies": chosen, "templates": {}, "templateLinks": []})
+                )
+                if chosen
+                else None
+            )
+    return CompiledPolicies(
+        version=version,
+        hash=set_hash(enforce, shadow),
+        enforce_text=enforce,
+        shadow_text=shadow,
+        types=types,
+        schema=schema,
+        policies=by_id,
+        sets=sets,
+    )
+
+
+def policy_may_match(est: Mapping[str, Any], action: ActionTypes) -> bool:
+    """Can the policy's action scope match plans of ``action``? Leaving out a policy
+    that cannot changes no answer: its scope would be false, and nothing else of it
+    would be evaluated."""
+    scope = est.get("action") or {}
+    own = {action.name, class_group(action.consequence_class), kind_group(action.kind)}
+    op = scope.get("op")
+    if op == "All":
+        return True
+    if op == "==":
+        return (scope.get("entity") or {}).get("id") == action.name
+    if op == "in":
+        entities = scope.get("entities") or ([scope["entity"]] if "entity" in scope else [])
+        return any((e or {}).get("id") in own for e in entities)
+    return True  # a form not known here: keep it, Cedar decides
+
+
+# --- the request ---------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else canonical_bytes(value).decode("utf-8")
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise Misfit(f"/rate/{name}", "a count of plans is a non-negative integer")
+    return value
+
+
+def _at(document: Any, pointer: str) -> Any:
+    try:
+        return resolve_pointer(document, pointer)
+    except KeyError:
+        return None
+
+
+def _domain(value: Any) -> str | None:
+    if not isinstance(value, str) or "@" not in value:
+        return None
+    domain = value.rsplit("@", 1)[1].strip().lower()
+    return domain or None
+
+
+def _number(cedar: Any, value: Any) -> Decimal | None:
+    if value is None:
+        return None
+    if isinstance(cedar, DecimalType):
+        return cedar.number(value, "")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return Decimal(value) if isinstance(value, int) else Decimal(repr(value))
+
+
+def plan_request(facts: PlanFacts, types: ActionTypes) -> tuple[dict[str, Any], list[dict]]:
+    """The Cedar request and entities for one plan. Misfit when a value does not fit."""
+    document = types.document or Record()
+    context: dict[str, Any] = {"input": types.input.value(dict(facts.input), "/input")}
+    if types.has_before:
+        context["before"] = document.value(facts.before, "/before")
+    if types.has_after:
+        context["after"] = document.value(facts.after, "/after")
+    changed = set()
+    for change in facts.changes:
+        path = change.get("path") if isinstance(change, Mapping) else None
+        if isinstance(path, str):
+            changed.add(path)
+    context["changed"] = sorted(changed)
+    deltas: dict[str, Any] = {}
+    if types.has_before and types.has_after:
+        for pointer, cedar in types.numbers:
+            old = _number(cedar, _at(facts.before, pointer))
+            new = _number(cedar, _at(facts.after, pointer))
+            if old is not None and new is not None and old != new:
+                deltas[pointer] = {
+                    "__extn": {"fn": "decimal", "arg": decimal_text(new - old, f"/deltas{pointer}")}
+                }
+    context["deltas"] = deltas
+    domains: dict[str, Any] = {}
+    for pointer in types.emails:
+        entry = {}
+        if types.has_before and (domain := _domain(_at(facts.before, pointer))):
+            entry["before"] = domain
+        if types.has_after and (domain := _domain(_at(facts.after, pointer))):
+            entry["after"] = domain
+        domains[pointer] = entry
+    context["email_domains"] = domains
+    context["rate"] = {
+        "hour": _count(facts.rate_hour, "hour"),
+        "day": _count(facts.rate_day, "day"),
+    }
+    now = facts.now if facts.now.tzinfo else facts.now.replace(tzinfo=UTC)
+    local = now.astimezone(_zone(settings.COUNTERSIGN_POLICY_TIMEZONE))
+    context["time"] = {
+        "hour": local.hour,
+        "minute": local.minute,
+        "weekday": WEEKDAYS[local.weekday()],
+    }
+
+    agent_uid = {"type": AGENT, "id": str(facts.agent)}
+    agent_attrs: dict[str, Any] = {
+        "name": str(facts.agent),
+        "registrar": str(facts.registrar or ""),
+    }
+    entities: list[dict[str, Any]] = []
+    requester = facts.requester
+    if requester:
+        person_uid = {
+            "type": PERSON,
+            "id": f"{_text(requester.get('iss', ''))} {_text(requester.get('sub', ''))}",
+        }
+        groups = requester.get("groups") or []
+        entities.append(
+            {
+                "uid": person_uid,
+                "attrs": {
+                    "iss": _text(requester.get("iss", "")),
+                    "sub": _text(requester.get("sub", "")),
+                },
+                "parents": [
+                    {"type": GROUP, "id": g}
+                    for g in sorted({g for g in groups if isinstance(g, str)})
+                ],
+            }
+        )
+        agent_attrs["on_behalf_of"] = {"__entity": person_uid}
+    entities.append(
+        {
+            "uid": agent_uid,
+            "attrs": agent_attrs,
+            "parents": [],
+            "tags": {str(k): _text(v) for k, v in dict(facts.agent_attributes or {}).items()},
+        }
+    )
+    connector = _text(facts.target.get("connector", ""))
+    path = _text(facts.target.get("path", ""))
+    target_uid = {"type": TARGET, "id": f"{connector} {path}"}
+    entities.append(
+        {"uid": target_uid, "attrs": {"connector": connector, "path": path}, "parents": []}
+    )
+    request = {
+        "principal": agent_uid,
+        "action": {"type": "Action", "id": types.name},
+        "resource": target_uid,
+        "context": context,
+    }
+    return request, entities
+
+
+# --- evaluating ----------------------------------------------------------------------------
+
+_POLICY_ERROR = re.compile(r"error while evaluating policy `([^`]+)`: (.*)", re.DOTALL)
+
+
+def _bounded(message: str) -> str:
+    message = " ".join(str(message).split())
+    return message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def _failed(policies: CompiledPolicies, part: str, message: str) -> PolicyResult:
+    return PolicyResult(
+        outcome=REVIEW,
+        errors=(PolicyFailure("", _bounded(message)),),
+        set_hash=policies.hash,
+        version=policies.version,
+        part=part,
+    )
+
+
+def _decide(
+    policies: CompiledPolicies,
+    part: str,
+    types: ActionTypes,
+    satisfied: Iterable[str],
+    errors: list[PolicyFailure],
+) -> PolicyResult:
+    held = [
+        policies.policies[(part, i)]
+        for i in sorted(set(satisfied))
+        if (part, i) in policies.policies
+    ]
+    errored = [policies.policies.get((part, e.policy)) for e in errors]
+    common = {
+        "errors": tuple(errors),
+        "matched": tuple(p.id for p in held),
+        "set_hash": policies.hash,
+        "version": policies.version,
+        "part": part,
+    }
+    forbids = [p for p in held if p.effect == "forbid"]
+    if forbids:
+        return PolicyResult(
+            outcome=REFUSE,
+            policies=tuple(p.id for p in forbids),
+            reason="; ".join(p.refusal for p in forbids),
+            **common,
+        )
+    # An erroring @require still adds its clause: asking more people, never fewer.
+    requiring = sorted(
+        {
+            p.id: p
+            for p in held + [e for e in errored if e is not None]
+            if p.effect == "permit" and p.require
+        }.values(),
+        key=lambda p: p.id,
+    )
+    if requiring:
+        requirement = requirement_from_clauses(
+            [f"policy:{p.id}" for p in requiring],
+            [clause for p in requiring for clause in p.require],
+        )
+        return PolicyResult(
+            outcome=REVIEW,
+            policies=tuple(p.id for p in requiring),
+            requirement=requirement,
+            **common,
+        )
+    approving = [p for p in held if p.effect == "permit" and p.approve]
+    if approving:
+        if types.consequence_class == "irreversible":
+            return PolicyResult(outcome=REVIEW, floor=FLOOR_IRREVERSIBLE, **common)
+        if errors:
+            return PolicyResult(outcome=REVIEW, floor=FLOOR_ERRORS, **common)
+        return PolicyResult(outcome=APPROVE, policies=tuple(p.id for p in approving), **common)
+    return PolicyResult(outcome=REVIEW, **common)
+
+
+def _errors(policies: CompiledPolicies, types: ActionTypes, raw: list[str]) -> list[PolicyFailure]:
+    out = []
+    for message in raw:
+        found = _POLICY_ERROR.match(message)
+        if found:
+            out.append(PolicyFailure(found.group(1), _bounded(found.group(2))))
+        elif message.startswith("failed to build request"):
+            # Cedar's text repeats the whole context: the plan's data, not for a log line.
+            out.append(
+                PolicyFailure("", f"the plan does not fit the policies' types for {types.name}")
+            )
+        else:
+            out.append(PolicyFailure("", _bounded(message)))
+    return sorted(set(out), key=lambda e: (e.policy, e.message))
+
+
+def policy_evaluate(
+    facts: PlanFacts, policies: CompiledPolicies, *, part: str = ENFORCE
+) -> PolicyResult:
+    """What ``policies`` say of one plan (``part``: the enforced set, or the shadow one)."""
+    return policy_evaluate_batch([facts], policies, part=part)[0]
+
+
+def policy_evaluate_batch(
+    plans: Sequence[PlanFacts], policies: CompiledPolicies, *, part: str = ENFORCE
+) -> list[PolicyResult]:
+    """What ``policies`` say of each plan, in order; plans of one action go to Cedar
+    together (``is_authorized_batch``). Never raises on a plan's content."""
+    results: list[PolicyResult | None] = [None] * len(plans)
+    pending: dict[str, list[tuple[int, dict, list[dict]]]] = {}
+    for i, facts in enumerate(plans):
+        if policies.problem:
+            results[i] = _failed(policies, part, policies.problem)
+            continue
+        types = policies.types.get(facts.action)
+        if types is None:
+            results[i] = _failed(
+                policies, part, f"no action {facts.action!r} in the catalog these policies know"
+            )
+            continue
+        if policies.sets.get((part, facts.action)) is None:
+            results[i] = _decide(policies, part, types, (), [])
+            continue
+        try:
+            request, entities = plan_request(facts, types)
+        except Misfit as exc:
+            results[i] = _failed(
+                policies, part, f"the plan does not fit the policies' types: {exc}"
+            )
+            continue
+        except Exception as exc:  # hostile content must never raise here
+            results[i] = _failed(
+                policies, part, f"the plan could not be put to the policies ({type(exc).__name__})"
+            )
+            continue
+        pending.setdefault(facts.action, []).append((i, request, entities))
+    for action, items in pending.items():
+        types = policies.types[action]
+        policy_set = policies.sets[(part, action)]
+        for batch, entities in _batches(items):
+            try:
+                answers = cedarpy.is_authorized_batch(
+                    [request for _, request, _ in batch],
+                    policy_set,
+                    entities,
+                    schema=policies.schema,
+                )
+            except Exception as exc:  # e.g. a string Cedar's parser refuses
+                for i, _, _ in batch:
+                    results[i] = _failed(
+                        policies, part, f"Cedar could not evaluate the plan: {exc}"
+                    )
+                continue
+            for (i, _, _), answer in zip(batch, answers, strict=True):
+                diagnostics = answer.diagnostics
+                results[i] = _decide(
+                    policies,
+                    part,
+                    types,
+                    diagnostics.reasons,
+                    _errors(policies, types, diagnostics.errors),
+                )
+    return [r for r in results if r is not None]
+
+
+def _batches(items: list[tuple[int, dict, list[dict]]]):
+    """Requests whose entities agree, with their entities: one agent name or target id
+    with different attributes in two plans goes to separate batches."""
+    if len(items) == 1:
+        yield items, items[0][2]
+        return
+    batch: list[tuple[int, dict, list[dict]]] = []
+    known: dict[tuple[str, str], dict] = {}
+    for item in items:
+        mine = {(e["uid"]["type"], e["uid"]["id"]): e for e in item[2]}
+        if any(uid in known and known[uid] != entity for uid, entity in mine.items()):
+            yield batch, list(known.values())
+            batch, known = [], {}
+        batch.append(item)
+        for uid, entity in mine.items():
+            known.setdefault(uid, entity)
+    if batch:
+        yield batch, list(known.values())
