@@ -183,6 +183,10 @@ class Plan(models.Model):
     # subject, groups, name and e-mail of the verified ID token the agent attached, or
     # null for a plan the agent proposed alone. Fingerprinted (iss, sub, groups).
     requester = models.JSONField(null=True, blank=True)
+    # What the shadow policies would have done with this plan (approvals/decisions/
+    # policies.py): outcome, policies, reason, errors. Never enforced, not fingerprinted;
+    # ``{}`` when no shadow policy was in force.
+    shadow = models.JSONField(default=dict, db_default={}, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()

@@ -419,6 +419,19 @@ def busiest(
     return list(recent.values_list(field).annotate(n=Count("id")).order_by("-n", field)[:n])
 
 
+def shadow_disagreements(since: datetime, plans: QuerySet[Plan] | None = None) -> int:
+    """Plans proposed since ``since`` where the shadow policies and people disagreed: the
+    shadow would have approved what people denied, or refused what people approved."""
+    recent = (Plan.objects.all() if plans is None else plans).filter(created_at__gte=since)
+    approved_by_people = Q(decided_at__isnull=False) & ~Q(
+        status__in=[PlanStatus.DENIED, PlanStatus.EXPIRED, PlanStatus.CANCELLED]
+    )
+    return recent.filter(
+        Q(shadow__outcome="approve", status=PlanStatus.DENIED)
+        | (Q(shadow__outcome="refuse") & approved_by_people)
+    ).count()
+
+
 def awaiting_count(plans: QuerySet[Plan] | None = None) -> int:
     return (
         (Plan.objects.all() if plans is None else plans)

@@ -30,6 +30,7 @@ from actions.fingerprint import (
     requester_part,
 )
 from actions.lib import dispatch, logcontext
+from actions.lib.actors import POLICY as POLICY_ACTOR
 from actions.lib.actors import SYSTEM, agent_actor, user_actor
 from actions.lib.audit import audit_record
 from actions.lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
@@ -47,15 +48,19 @@ from actions.lib.exceptions import (
     NotEligible,
     NotFound,
     OutOfScope,
+    PolicyRefused,
     UnknownAction,
 )
-from actions.lib.metrics import BREAK_GLASS, PLANS_PROPOSED, SUBMIT_LATENCY
+from actions.lib.metrics import BREAK_GLASS, PLANS_PROPOSED, POLICY_DECISIONS, SUBMIT_LATENCY
 from actions.models import Action, Agent, AgentScope
+from actions.policy.engine import APPROVE as POLICY_APPROVE
 from actions.policy.reviewers import requirement_text
 from actions.preview import PreviewError, compute_preview
 from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
+from .decisions.policies import MODE as POLICY_MODE
+from .decisions.policies import POLICY_PART, Evaluated, policy_submission, shadow_disagrees
 from .decisions.requirements import (
     approval_alone_meets,
     approvals_count,
@@ -202,13 +207,25 @@ def _reserve_idempotency_key(agent: Agent, key: str, request_hash: str) -> Idemp
     raise IdempotencyInFlight("retry once the first request has finished")
 
 
-def _refuse(agent: Agent, action: Action, exc: CountersignError, check: str) -> None:
+def _refuse(
+    agent: Agent,
+    action: Action,
+    exc: CountersignError,
+    check: str,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Record a policy refusal (no plan exists: nobody is asked), then raise it."""
     with transaction.atomic():
         audit_record(
             kind="plan.refused",
             actor=agent_actor(agent),
-            data={"action": action.name, "check": check, "type": exc.type, "reason": exc.detail},
+            data={
+                "action": action.name,
+                "check": check,
+                "type": exc.type,
+                "reason": exc.detail,
+                **(extra or {}),
+            },
         )
     raise exc
 
@@ -251,12 +268,61 @@ def _check_rules(agent: Agent, action: Action, preview) -> None:
             _refuse(agent, action, NotEligible(rule_text(failing)), "eligibility")
 
 
-def _plan_requirement(
+def _plan_policies(
     agent: Agent, action: Action, values: dict[str, Any], preview, requester: dict | None
+) -> Evaluated:
+    """What the catalog's policies say of this plan (approvals/decisions/policies.py); a
+    ``forbid`` is refused here, audited with the policies and the set's hash, before any
+    plan is stored (nobody is asked about what a policy refuses)."""
+    try:
+        evaluated = policy_submission(
+            action=action,
+            agent=agent,
+            target=preview.target,
+            values=values,
+            before=preview.before,
+            after=preview.after,
+            changes=preview.changes,
+            requester=requester,
+        )
+    except PolicyRefused as exc:
+        POLICY_DECISIONS.labels(outcome="refuse", part="enforce").inc()
+        _refuse(
+            agent,
+            action,
+            exc,
+            "policy",
+            extra={
+                "policies": exc.policies,
+                "set": exc.set_hash,
+                **({"shadow": _shadow_record(exc.shadow)} if exc.shadow else {}),
+            },
+        )
+        raise
+    if evaluated.result is not None:
+        POLICY_DECISIONS.labels(outcome=evaluated.result.outcome, part="enforce").inc()
+    if evaluated.shadow is not None:
+        POLICY_DECISIONS.labels(outcome=evaluated.shadow.outcome, part="shadow").inc()
+    return evaluated
+
+
+def _shadow_record(shadow: dict[str, Any]) -> dict[str, Any]:
+    """What a plan keeps of the shadow set's would-have outcome (never enforced)."""
+    keep = ("outcome", "policies", "reason", "requirement", "errors", "floor", "set_hash")
+    return {k: shadow[k] for k in keep if k in shadow}
+
+
+def _plan_requirement(
+    agent: Agent,
+    action: Action,
+    values: dict[str, Any],
+    preview,
+    requester: dict | None,
+    added: dict[str, Any] | None = None,
 ) -> dict:
-    """The decision rules' requirement for this plan (approvals/decisions); one no active
-    person can meet before the plan expires is refused here, audited, before any plan is
-    stored."""
+    """The decision rules' requirement for this plan (approvals/decisions), with what the
+    policies ``added``; one no active person can meet before the plan expires is refused
+    here, audited, before any plan is stored."""
     try:
         return plan_requirement(
             action=action,
@@ -264,6 +330,7 @@ def _plan_requirement(
             before=preview.before,
             requester=requester,
             ttl_seconds=action.spec.approval.plan_ttl,
+            added=added,
         )
     except NoOneCanDecide as exc:
         _refuse(agent, action, exc, "decision_rules")
@@ -283,6 +350,46 @@ def _approve_by_policy(plan: Plan, *, now) -> None:
         data={"by": "policy", "approval": "none"},
         decided_at=now,
         enqueued_at=now,
+    )
+
+
+def _approve_by_policies(plan: Plan, result, *, now) -> None:
+    """A plan the catalog's policies approve: approved as it is stored, with no person,
+    and handed to a worker, which puts it to the policies in force again before it
+    writes. Audited with the policies that approved it and the set's hash and version."""
+    dispatch.on_commit(dispatch.EXECUTE_PLAN, plan.id)
+    plan_transition(
+        plan,
+        to=PlanStatus.APPROVED,
+        actor=POLICY_ACTOR,
+        event="plan.approved",
+        data={
+            "by": "policy",
+            "policies": list(result.policies),
+            "set": result.set_hash,
+            "version": result.version,
+        },
+        decided_at=now,
+        enqueued_at=now,
+    )
+
+
+def _shadow_audit(plan: Plan, agent: Agent, shadow) -> None:
+    """The shadow set's would-have outcome, kept on the plan and in the audit trail;
+    never enforced."""
+    record = _shadow_record(shadow.as_dict())
+    Plan.objects.filter(pk=plan.pk).update(shadow=record)
+    plan.shadow = record
+    audit_record(
+        kind="policy.shadow",
+        actor=agent_actor(agent),
+        plan=plan,
+        data={
+            "would": record["outcome"],
+            "policies": record["policies"],
+            "set": record["set_hash"],
+            "errors": [e["policy"] for e in record.get("errors") or []],
+        },
     )
 
 
@@ -398,7 +505,18 @@ def _plan_submit(
             # Approvals must be passkey-signed (approvals/identity/passkeys.py).
             "signed_approval": spec.approval.signed,
         }
-        requirement = _plan_requirement(agent, action, values, preview, requester)
+        # The policies and the decision rules as of one moment of the catalog (one read of
+        # its generation for both).
+        with catalog_snapshot():
+            evaluated = _plan_policies(agent, action, values, preview, requester)
+            added = dict(evaluated.result.requirement) if evaluated.result else None
+            requirement = _plan_requirement(agent, action, values, preview, requester, added)
+        if evaluated.part:
+            # What the policies said, fingerprinted (the set's hash and version, the
+            # outcome and the policies that decided, when and at what rate): a plan a
+            # policy approved can never be spent under another set, and the worker puts
+            # the same plan to the set in force again.
+            policy = {**policy, POLICY_PART: evaluated.part}
         if requirement:
             # Who may decide, fingerprinted: an approval given under one requirement
             # never counts toward another. A rule asks for people, so a plain read an
@@ -416,7 +534,20 @@ def _plan_submit(
                 if use_grants
                 else None
             )
-            if (
+            by_policy = (
+                evaluated.result is not None
+                and evaluated.result.outcome == POLICY_APPROVE
+                and spec.approval.mode != "none"
+                # An action that wants a person's signature on every approval is approved
+                # by people only.
+                and not spec.approval.signed
+            )
+            if by_policy:
+                # Needs no one: an @approve held, and the floor let it (engine.py). In the
+                # fingerprint, so only a plan proposed as such runs without a person.
+                policy = {**policy, "mode": POLICY_MODE}
+                grant = None
+            elif (
                 grant is not None
                 and spec.approval.mode == "per_call"
                 # The floor: nobody approves a plan they requested, by a grant neither.
@@ -505,8 +636,12 @@ def _plan_submit(
             if reservation is not None:
                 IdempotencyRecord.objects.filter(pk=reservation.pk).update(plan=plan)
             deciding_groups_record(plan)
+            if evaluated.shadow is not None:
+                _shadow_audit(plan, agent, evaluated.shadow)
             if grant is not None:
                 grant_approve(plan=plan, grant=grant, now=now)
+            elif policy["mode"] == POLICY_MODE:
+                _approve_by_policies(plan, evaluated.result, now=now)
             elif policy["mode"] == "none":
                 _approve_by_policy(plan, now=now)
             elif notify:
@@ -841,7 +976,10 @@ def approval_record(
                     to=PlanStatus.DENIED,
                     actor=actor,
                     event="plan.denied",
-                    data={"comment": comment},
+                    data={
+                        "comment": comment,
+                        **({"shadow_disagreed": True} if shadow_disagrees(plan, "deny") else {}),
+                    },
                     decided_at=now,
                     finished_at=now,
                     outcome_detail="denied by a reviewer",
@@ -875,6 +1013,9 @@ def approval_record(
                         to=PlanStatus.APPROVED,
                         actor=actor,
                         event="plan.approved",
+                        data={"shadow_disagreed": True}
+                        if shadow_disagrees(plan, "approve")
+                        else None,
                         decided_at=now,
                         enqueued_at=now,
                     )

@@ -53,6 +53,8 @@ from actions.oauth import TokenError
 from actions.preview import PreviewError, UpstreamEchoesSecrets, read_target
 from actions.rules import first_failing, rule_text
 from actions.vault import VaultError
+from approvals.decisions.policies import MODE as POLICY_MODE
+from approvals.decisions.policies import policy_claim_refusal
 from approvals.decisions.requirements import claim_refusal
 from approvals.grants import grant_refusal_reason
 from approvals.identity.passkeys import plan_signature_problem
@@ -170,6 +172,12 @@ def _refusal_reason(plan: Plan, now) -> str | None:
     problem = requester_approval_problem(plan)
     if problem:
         return problem
+    # The catalog's policies, again, with the facts the plan was proposed on: a forbid in
+    # force stops any plan; a plan a policy approved runs only if the set in force still
+    # approves it (approvals/decisions/policies.py).
+    problem = policy_claim_refusal(plan)
+    if problem:
+        return problem
     if plan.policy.get("mode") == "session_grant":
         # Revoking or outliving the grant stops every plan not claimed yet.
         return grant_refusal_reason(plan, now)
@@ -177,10 +185,13 @@ def _refusal_reason(plan: Plan, now) -> str | None:
 
 
 def _needs_no_approval(plan: Plan) -> bool:
-    """A plain observation read its action lets run without a decision: the plan's
-    fingerprinted policy says so, and the action (unchanged since, or the claim refuses)
-    still does."""
+    """No person's approval to spend: a plain observation read its action lets run
+    without a decision (the plan's fingerprinted policy says so, and the action,
+    unchanged since or the claim refuses, still does), or a plan the catalog's policies
+    approved (checked again above: policy_claim_refusal), never an irreversible one."""
     spec = plan.action.spec
+    if plan.policy.get("mode") == POLICY_MODE:
+        return plan.consequence_class != "irreversible" and not spec.approval.signed
     return (
         plan.policy.get("mode") == "none"
         and plan.kind == "read"

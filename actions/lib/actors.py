@@ -5,6 +5,9 @@ from __future__ import annotations
 SYSTEM = "system"
 EXECUTOR = "system:executor"  # a worker executing, following or reconciling a plan
 SWEEPER = "system:sweeper"
+# A plan the catalog's policies approved: the event's data names the policies and the
+# set's hash and version.
+POLICY = "system:policy"
 
 
 def agent_actor(agent) -> str:

@@ -111,3 +111,28 @@ class DecisionRulesChanged(CountersignError):
     status = 409
     type = "decision-rules-changed"
     title = "The decision rules changed since this plan was proposed"
+
+
+class PolicyRefused(NotAllowed):
+    """A ``forbid`` of the catalog's policies holds for the plan: refused at submission,
+    with the policy's reason, before anything is stored (approvals/decisions/policies.py).
+    ``policies``: the ids of the forbids that held."""
+
+    status = 403
+    type = "policy-refused"
+    title = "A policy refuses this plan"
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        policies: list[str],
+        set_hash: str = "",
+        shadow: dict | None = None,
+    ) -> None:
+        names = ", ".join(policies)
+        super().__init__(f"refused by policy {names}: {reason}" if names else reason)
+        self.reason = reason
+        self.policies = policies
+        self.set_hash = set_hash
+        self.shadow = shadow

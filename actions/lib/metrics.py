@@ -64,6 +64,24 @@ ESCALATIONS = Counter(
     "countersign_escalations",
     "Plans whose decision rule escalated them to another group, announced by the sweeper.",
 )
+POLICY_DECISIONS = Counter(
+    "countersign_policy_decisions",
+    "What the catalog's policies said at submission, by outcome (refuse, approve, review) "
+    "and part (enforce; shadow: evaluated beside, never enforced).",
+    ["outcome", "part"],
+)
+POLICY_ERRORS = Counter(
+    "countersign_policy_errors",
+    "Policies that failed to evaluate on a plan (the plan then goes to a person), by "
+    'policy id ("(plan)" when the plan could not be put to the policies) and part.',
+    ["policy", "part"],
+)
+SHADOW_DISAGREEMENTS = Counter(
+    "countersign_shadow_disagreements",
+    "Plans where a shadow policy and people disagreed: the shadow would have approved a "
+    "plan people denied, or refused one they approved, by what the shadow said.",
+    ["shadow"],
+)
 UPSTREAM_REQUESTS = Counter(
     "countersign_upstream_requests",
     "Requests to upstreams, by connector, client role (read, write) and status class "

@@ -111,6 +111,19 @@ def _compile_in_force() -> CompiledPolicies:
     current = policy_version_current()
     enforce, shadow = (current.enforce, current.shadow) if current else ("", "")
     number = current.number if current else 0
+    if not enforce.strip() and not shadow.strip():
+        # No policy: nothing to type, so the catalog's actions are not read (a catalog of
+        # hundreds of imported actions would be typed on every generation for nothing).
+        return CompiledPolicies(
+            version=number,
+            hash=set_hash(enforce, shadow),
+            enforce_text=enforce,
+            shadow_text=shadow,
+            types={},
+            schema=None,
+            policies={},
+            sets={},
+        )
     try:
         return policies_compile(
             enforce=enforce, shadow=shadow, actions=_stored_actions(), version=number

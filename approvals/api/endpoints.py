@@ -31,6 +31,8 @@ from actions.lib.problems import PROBLEM_CONTENT_TYPE, current_correlation_id, p
 from actions.models import Action, Agent
 from actions.services import agent_authenticate
 
+from ..decisions.policies import MODE as POLICY_MODE
+from ..decisions.policies import policy_decided_by
 from ..decisions.requirements import plan_requirement_answer
 from ..identity.requester import HEADER as ON_BEHALF_OF
 from ..identity.requester import requester_from_sources
@@ -365,12 +367,31 @@ def check_with(plan: Plan) -> dict[str, Any] | None:
 
 
 def approval_source(plan: Plan) -> dict[str, Any]:
-    """How the plan was approved, from its fingerprinted policy (no query): by a session
-    grant, by reviewers, or not (yet)."""
-    if plan.policy.get("mode") == "session_grant":
-        return {"approved_by": "session_grant", "grant_id": plan.policy.get("grant")}
-    approved = plan.decided_at is not None and plan.status != PlanStatus.DENIED
-    return {"approved_by": "reviewers" if approved else None, "grant_id": None}
+    """How the plan was approved and who decided, from its fingerprinted policy and its
+    state (no query): by a session grant, by the catalog's policies, by people, or not
+    (yet). People are never named."""
+    part = policy_decided_by(plan)
+    mode = plan.policy.get("mode")
+    decided = plan.decided_at is not None and plan.status not in (
+        PlanStatus.EXPIRED,
+        PlanStatus.CANCELLED,
+    )
+    if mode == "session_grant":
+        source = {"approved_by": "session_grant", "grant_id": plan.policy.get("grant")}
+        decided_by = {"by": "grant", "grant_id": plan.policy.get("grant")}
+    elif mode == POLICY_MODE and part:
+        source = {"approved_by": "policy", "grant_id": None}
+        decided_by = {
+            "by": "policy",
+            "policies": part["policies"],
+            "set": part["set"],
+            "version": part["version"],
+        }
+    else:
+        approved = decided and plan.status != PlanStatus.DENIED
+        source = {"approved_by": "reviewers" if approved else None, "grant_id": None}
+        decided_by = {"by": "person"} if decided else None
+    return {**source, "decided_by": decided_by, "policy": part}
 
 
 def requester_out(requester: dict | None) -> dict[str, Any] | None:

@@ -198,6 +198,32 @@ class RequirementOut(Schema):
     missing: list[ClauseNeeded]
 
 
+class DecidedByOut(Schema):
+    by: Literal["policy", "person", "grant"]
+    policies: list[str] | None = Field(
+        default=None, description="The @approve policies that approved it (by: policy)."
+    )
+    set: str | None = Field(default=None, description="The policy set's SHA-256 (by: policy).")
+    version: int | None = Field(default=None, description="The policy set's version.")
+    grant_id: UUID | None = Field(default=None, description="The session grant (by: grant).")
+
+
+class PolicyOut(Schema):
+    outcome: Literal["approve", "review"] = Field(
+        description="approve: a policy approved it with no person; review: it went to "
+        "people (a refusal makes no plan: it is a 403 policy-refused problem)."
+    )
+    policies: list[str] = Field(
+        description="The policies that decided: the @approve ones, or the @require ones "
+        "whose clauses were added to the requirement."
+    )
+    set: str
+    version: int
+    errors: list[str] = Field(
+        description="Policies that failed to evaluate on this plan (it went to people)."
+    )
+
+
 class PlanOut(Schema):
     id: UUID
     action: str
@@ -216,10 +242,22 @@ class PlanOut(Schema):
         description="The decision rules' requirement: which groups must approve, what is "
         "met and what is missing. Null when no rule matched (approvals_required applies).",
     )
-    approved_by: Literal["reviewers", "session_grant"] | None = Field(
+    approved_by: Literal["reviewers", "session_grant", "policy"] | None = Field(
         default=None,
         description="How the plan was approved: by reviewers' decisions, by a session "
-        "grant a reviewer made, or null while not approved (or never approved).",
+        "grant a reviewer made, by the catalog's policies with no person, or null while "
+        "not approved (or never approved).",
+    )
+    decided_by: DecidedByOut | None = Field(
+        default=None,
+        description="Who decided the plan (approved or denied): a policy (with the "
+        "policies and the policy set's hash and version), a person (never named), or a "
+        "grant; null while nobody has.",
+    )
+    policy: PolicyOut | None = Field(
+        default=None,
+        description="What the catalog's policies said of the plan at submission; null "
+        "when no policy was in force.",
     )
     grant_id: UUID | None = Field(
         default=None, description="The session grant that approved the plan, if one did."

@@ -46,6 +46,7 @@ from actions.policy.reviewers import (
     requirement_escalations,
     requirement_for,
     requirement_groups,
+    requirement_merge,
     requirement_summary,
     requirement_text,
     requirement_within,
@@ -54,6 +55,7 @@ from actions.policy.reviewers import (
 )
 
 from ..models import Approval, DecidingGroup, Plan
+from .policies import policy_requirement_current
 
 
 def plan_policy_requirement(plan: Plan) -> dict[str, Any]:
@@ -88,10 +90,13 @@ def requirement_of(
 
 
 def plan_requirement_current(plan: Plan) -> dict[str, Any]:
-    """What the rules in force would give ``plan`` now (its action as stored)."""
-    return requirement_of(
+    """What the rules and the policies in force would give ``plan`` now (its action as
+    stored, the facts its policies saw)."""
+    rules = requirement_of(
         action=plan.action, values=plan.input, before=plan.before, requester=plan.requester
     )
+    added = policy_requirement_current(plan)
+    return requirement_merge(rules, added) if added else rules
 
 
 def plan_requirement(
@@ -101,11 +106,14 @@ def plan_requirement(
     before: Any,
     requester: dict | None = None,
     ttl_seconds: float | None = None,
+    added: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The requirement for a plan about to be stored; NoOneCanDecide when nobody could
-    ever meet it. An escalation counts toward that only if it comes before the plan
-    expires (``ttl_seconds``)."""
+    """The requirement for a plan about to be stored, with the clauses its policies
+    ``added``; NoOneCanDecide when nobody could ever meet it. An escalation counts toward
+    that only if it comes before the plan expires (``ttl_seconds``)."""
     requirement = requirement_of(action=action, values=values, before=before, requester=requester)
+    if added:
+        requirement = requirement_merge(requirement, added)
     if requirement:
         reachable = requirement_within(requirement, ttl_seconds) if ttl_seconds else requirement
         problem = requirement_feasibility_problem(reachable)

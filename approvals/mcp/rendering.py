@@ -162,6 +162,14 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
             "A reviewer's grant for this agent covers this exact plan; a worker applies it "
             f"once; status {markdown_code(status)}."
         )
+    elif proposed and doc.get("approved_by") == "policy":
+        names = ", ".join(markdown_code(p) for p in doc["decided_by"]["policies"])
+        head = (
+            "**Proposed and approved by policy — nothing has been written yet.** "
+            f"The catalog's policy {names} lets this exact plan run with no person; a "
+            f"worker checks the policies again and applies it once; status "
+            f"{markdown_code(status)}."
+        )
     elif proposed:
         head = (
             "**Proposed — nothing has been written.** "
@@ -184,6 +192,9 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
     requirement = doc.get("requirement")
     if requirement:
         rows.insert(4, ("Who decides", _requirement_cell(requirement)))
+    decided_by = doc.get("decided_by")
+    if decided_by:
+        rows.insert(4, ("Decided by", _decided_by_cell(decided_by)))
     lines += ["", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows]
     outcome = doc.get("outcome")
     if outcome:
@@ -284,6 +295,17 @@ def card_markdown(action: Action) -> str:
         markdown_block(json.dumps(out["input_schema"], indent=2, sort_keys=True)),
     ]
     return "\n".join(lines)
+
+
+def _decided_by_cell(decided_by: dict[str, Any]) -> str:
+    """``policy routine-email (set 3f2a…, version 4)``, ``a person``, ``a session grant``."""
+    if decided_by["by"] == "policy":
+        names = ", ".join(markdown_code(p) for p in decided_by.get("policies") or [])
+        return (
+            f"policy {names} (set {markdown_code(str(decided_by.get('set'))[:12])}, "
+            f"version {decided_by.get('version')})"
+        )
+    return {"person": "a person", "grant": "a session grant"}.get(decided_by["by"], "—")
 
 
 def _requirement_cell(requirement: dict[str, Any]) -> str:

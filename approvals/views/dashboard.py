@@ -29,6 +29,7 @@ from ..selectors import (
     plans_mine,
     plans_visible,
     sees_every_plan,
+    shadow_disagreements,
     sign_in_refusals,
 )
 
@@ -168,6 +169,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "sweeper_stale": machinery["sweeper_stale"],
         "workers_fresh": machinery["workers_fresh"],
         "pending": awaiting_count(plans),
+        "shadow_disagreements": shadow_disagreements(since, plans),
         "mine": plans_mine(request.user).count(),
         "sees_every_plan": sees_every_plan(request.user),
         "total": sum(r["total"] for r in class_rows),

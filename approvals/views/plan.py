@@ -33,6 +33,8 @@ from actions.lib.exceptions import CountersignError, InvalidInput, NotFound
 from actions.preview import diff
 from actions.spec import VERIFIABLE_KINDS
 
+from ..decisions.policies import MODE as POLICY_MODE
+from ..decisions.policies import policy_decided_by
 from ..decisions.requirements import plan_requirement_answer, reviewer_groups
 from ..diffs import only_version_moved
 from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshness
@@ -97,6 +99,12 @@ FRESHNESS_WORDS = {
         "Could not check whether the target changed since the preview; the worker checks "
         "again right before writing."
     ),
+}
+# What a shadow set would have done with the plan, as the page says it.
+SHADOW_WORDS = {
+    "approve": gettext_lazy("would have approved this plan with no person"),
+    "refuse": gettext_lazy("would have refused this plan"),
+    "review": gettext_lazy("would have sent this plan to people, as it went"),
 }
 # Without JavaScript nothing polls: the page reloads itself while the worker is busy.
 NO_SCRIPT_REFRESH_SECONDS = 5
@@ -242,6 +250,12 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         # Who decides (approvals/decisions): groups and counts, and whether this reader
         # is in one of the groups.
         "requirement": requirement,
+        # What the catalog's policies said (approvals/decisions/policies.py), and what the
+        # shadow set would have done (never enforced).
+        "policy_outcome": policy_decided_by(plan),
+        "approved_by_policy": plan.policy.get("mode") == POLICY_MODE,
+        "shadow": plan.shadow or None,
+        "shadow_words": SHADOW_WORDS.get((plan.shadow or {}).get("outcome"), ""),
         "clauses_met": sum(1 for c in requirement.get("all_of", []) if c["met"]),
         "may_decide": may_decide,
         "break_glass": break_glass,

@@ -1,0 +1,280 @@
+"""The catalog's policies applied to plans (the engine: actions/policy/engine.py).
+
+* **At submission** (``policy_submission``): the set in force is evaluated over the
+  computed change. A ``forbid`` refuses the plan before it is stored
+  (``PolicyRefused``). Otherwise what the policies said goes into the fingerprinted
+  policy part (``policy["policies"]``: the set's hash and version, the outcome, the
+  policies that decided, the clauses ``@require`` added, the errors, and the two facts
+  that change with time: when it was evaluated and the agent's rate then), so the worker
+  can put the same plan to the set again. An ``@approve`` approves the plan with no person
+  (the services do it, audited with the policy ids and the set's hash). The shadow part
+  is evaluated beside it and recorded, never enforced.
+* **At each decision** the requirement a plan would get now includes what the set in
+  force adds (``policy_requirement_current``): a set that changed what a plan needs
+  refuses approvals given under the old requirement, as changed decision rules do.
+* **At the claim** (``policy_claim_refusal``): the worker puts the plan to the set in
+  force, with the facts stored on it. A plan approved by policy runs only if the set in
+  force still approves it (a set that changed since, or that errors, stops it); any plan
+  stops if a ``forbid`` in force now holds for it.
+
+A catalog without policies adds nothing to a plan: its fingerprint is what it always was.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from actions.lib.exceptions import PolicyRefused
+from actions.lib.metrics import POLICY_ERRORS, SHADOW_DISAGREEMENTS
+from actions.policy.engine import (
+    APPROVE,
+    REFUSE,
+    CompiledPolicies,
+    PlanFacts,
+    PolicyResult,
+    policy_evaluate,
+)
+from actions.policy.sources import SHADOW
+from actions.policy.versions import policies_in_force
+
+from ..models import Plan
+
+log = logging.getLogger(__name__)
+
+# The fingerprinted policy part's key, and the plan mode of a plan a policy approved.
+POLICY_PART = "policies"
+MODE = "policy"
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """What the set in force said of a plan about to be stored."""
+
+    result: PolicyResult | None  # None: no policy set in force
+    shadow: PolicyResult | None  # None: no shadow policy
+    part: dict[str, Any]  # the fingerprinted policy part ({} without a set)
+
+
+def agent_rate(*, agent_id, action_id, now: datetime) -> tuple[int, int]:
+    """The agent's plans for this action in the hour and the day before ``now`` (one
+    query, served by the agent's history index)."""
+    day = list(
+        Plan.objects.filter(
+            agent_id=agent_id, action_id=action_id, created_at__gte=now - timedelta(days=1)
+        )
+        .filter(created_at__lt=now)
+        .values_list("created_at", flat=True)
+        .order_by()[:100_000]
+    )
+    hour = sum(1 for at in day if at >= now - timedelta(hours=1))
+    return hour, len(day)
+
+
+def facts_of(
+    *,
+    action,
+    agent,
+    target: dict[str, Any],
+    values: dict[str, Any],
+    before: Any,
+    after: Any,
+    changes: list[dict[str, Any]],
+    requester: dict | None,
+    now: datetime,
+    rate: tuple[int, int],
+) -> PlanFacts:
+    registrar = agent.created_by.get_username() if agent.created_by_id else ""
+    return PlanFacts(
+        action=action.name,
+        agent=agent.name,
+        target=target,
+        input=values,
+        now=now,
+        before=before,
+        after=after,
+        changes=changes,
+        registrar=registrar,
+        agent_attributes=agent.attributes or {},
+        requester=requester,
+        rate_hour=rate[0],
+        rate_day=rate[1],
+    )
+
+
+def plan_policy_facts(plan: Plan) -> PlanFacts:
+    """A stored plan as its policies saw it: its columns, and the time and rate recorded
+    in its policy part (a plan stored without policies: its submission, rates unknown)."""
+    part = plan.policy.get(POLICY_PART) or {}
+    at = part.get("at")
+    now = datetime.fromisoformat(at) if at else plan.created_at
+    rate = part.get("rate") or [0, 0]
+    return facts_of(
+        action=plan.action,
+        agent=plan.agent,
+        target=plan.target,
+        values=plan.input,
+        before=plan.before,
+        after=plan.after,
+        changes=plan.changes,
+        requester=plan.requester,
+        now=now,
+        rate=(int(rate[0]), int(rate[1])),
+    )
+
+
+def _part(result: PolicyResult, now: datetime, rate: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "set": result.set_hash,
+        "version": result.version,
+        "outcome": result.outcome,
+        "decided_by": list(result.policies),
+        "requirement": dict(result.requirement),
+        "errors": sorted({e.policy for e in result.errors}),
+        "at": now.isoformat(),
+        "rate": list(rate),
+    }
+
+
+def policy_submission(
+    *,
+    action,
+    agent,
+    target: dict[str, Any],
+    values: dict[str, Any],
+    before: Any,
+    after: Any,
+    changes: list[dict[str, Any]],
+    requester: dict | None,
+    now: datetime | None = None,
+) -> Evaluated:
+    """The set in force over a plan about to be stored; PolicyRefused for a ``forbid``
+    (the caller audits it). Never raises for what a plan holds: an evaluation that fails
+    is a review, with the errors."""
+    compiled = policies_in_force()
+    if compiled.empty and not compiled.problem:
+        return Evaluated(None, None, {})
+    now = now or timezone.now()
+    rate = agent_rate(agent_id=agent.pk, action_id=action.pk, now=now)
+    facts = facts_of(
+        action=action,
+        agent=agent,
+        target=target,
+        values=values,
+        before=before,
+        after=after,
+        changes=changes,
+        requester=requester,
+        now=now,
+        rate=rate,
+    )
+    result = policy_evaluate(facts, compiled)
+    _log_errors(result, action.name)
+    shadow = policy_evaluate(facts, compiled, part=SHADOW) if compiled.ids(SHADOW) else None
+    if shadow is not None:
+        _log_errors(shadow, action.name)
+    if result.outcome == REFUSE:
+        raise PolicyRefused(
+            result.reason,
+            policies=list(result.policies),
+            set_hash=result.set_hash,
+            shadow=shadow.as_dict() if shadow else None,
+        )
+    return Evaluated(result, shadow, _part(result, now, rate))
+
+
+def _log_errors(result: PolicyResult, action: str) -> None:
+    # Counted and logged (the policy ids and Cedar's message, never the plan's values).
+    for error in result.errors:
+        POLICY_ERRORS.labels(policy=error.policy or "(plan)", part=result.part).inc()
+        log.warning(
+            "policy %s failed to evaluate on a plan of %s (%s set): %s",
+            error.policy or "(the plan)",
+            action,
+            result.part,
+            error.message,
+        )
+
+
+def _in_force_over(plan: Plan, compiled: CompiledPolicies | None = None) -> PolicyResult | None:
+    compiled = compiled if compiled is not None else policies_in_force()
+    if compiled.empty and not compiled.problem:
+        return None
+    return policy_evaluate(plan_policy_facts(plan), compiled)
+
+
+def policy_requirement_current(plan: Plan) -> dict[str, Any]:
+    """What the set in force adds to ``plan``'s requirement now (``{}``: nothing). The set
+    the plan was proposed under answers from the plan's own record, with no evaluation."""
+    part = plan.policy.get(POLICY_PART)
+    compiled = policies_in_force()
+    if part and part.get("set") == compiled.hash and not compiled.problem:
+        return part.get("requirement") or {}
+    result = _in_force_over(plan, compiled)
+    return dict(result.requirement) if result is not None else {}
+
+
+def policy_claim_refusal(plan: Plan) -> str | None:
+    """Why the worker must not send ``plan`` on its policies' account, or None.
+
+    Always evaluated (a plan approved by policy is never taken on its record's word):
+    a ``forbid`` in force that holds for the plan stops it, whoever approved it; a plan
+    approved by policy runs only if the set in force approves it now, with the facts it
+    was approved on."""
+    approved_by_policy = plan.policy.get("mode") == MODE
+    part = plan.policy.get(POLICY_PART)
+    if approved_by_policy and not part:
+        return "the plan says a policy approved it, but records no policy"
+    result = _in_force_over(plan)
+    if result is None:
+        if approved_by_policy:
+            return "the plan was approved by policy, and no policy is in force now"
+        return None
+    if result.outcome == REFUSE:
+        return f"a policy in force refuses it now: {result.reason}"
+    if not approved_by_policy:
+        return None
+    if result.outcome != APPROVE:
+        why = result.floor or (
+            "its policies failed to evaluate" if result.errors else "no policy approves it"
+        )
+        return (
+            f"the policy set changed since a policy approved this plan (set "
+            f"{str(part.get('set'))[:12]}, now {result.set_hash[:12]}): {why}"
+        )
+    return None
+
+
+def policy_decided_by(plan: Plan) -> dict[str, Any] | None:
+    """For the agent and the page: the policy outcome recorded on the plan (outcome,
+    the policies that decided, the set's hash and version, the errors), or None."""
+    part = plan.policy.get(POLICY_PART)
+    if not part:
+        return None
+    return {
+        "outcome": part.get("outcome"),
+        "policies": list(part.get("decided_by") or []),
+        "set": part.get("set"),
+        "version": part.get("version"),
+        "errors": list(part.get("errors") or []),
+    }
+
+
+def shadow_disagrees(plan: Plan, decision: str) -> bool:
+    """Whether people's decision (``approve``: the plan is approved; ``deny``) is the
+    opposite of what the shadow set would have done: approved what people denied, or
+    refused what they approved. Counted in /metrics once the decision commits."""
+    would = (plan.shadow or {}).get("outcome")
+    disagrees = (would == APPROVE and decision == "deny") or (
+        would == REFUSE and decision == "approve"
+    )
+    if disagrees:
+        # Imported here: lifecycle imports this module's package (requirements).
+        from ..lifecycle import counted_on_commit  # noqa: PLC0415 - see above
+
+        counted_on_commit(SHADOW_DISAGREEMENTS.labels(shadow=would).inc)
+    return disagrees
