@@ -168,10 +168,31 @@ def demo_catalog_document(upstream_server, django_db_setup, django_db_blocker) -
             base_urls={"demo": upstream_server.url},
             base_dir=DEMO_CATALOG.parent,
         )
-    # The suite's plans keep the class defaults; tests of decision rules load the demo's
-    # (tests/approvals/test_decision_rules.py) or their own.
+    # The suite's plans keep the class defaults, with no policy; tests of decision rules
+    # and policies load the demo's (``demo_policies``) or their own.
     document.pop("reviewers", None)
+    document.pop("policies", None)
     return document
+
+
+def demo_policies_load() -> None:
+    """Put the demo catalog's ``policies:`` section (its three .cedar files) in force."""
+    import yaml
+
+    from actions.catalog import load_catalog
+
+    section = yaml.safe_load(DEMO_CATALOG.read_text())["policies"]
+    load_catalog(
+        yaml.safe_dump({"version": 1, "policies": section}),
+        source="demo/catalog.yaml",
+        base_dir=DEMO_CATALOG.parent,
+    )
+
+
+@pytest.fixture
+def demo_policies(catalog):
+    """The demo's policies in force (routine-email, large-invoices, vip-contacts-stay)."""
+    demo_policies_load()
 
 
 @pytest.fixture

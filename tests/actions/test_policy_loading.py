@@ -49,8 +49,7 @@ def line_with(text: str, needle: str, occurrence: int = 1) -> int:
 
 @pytest.fixture(autouse=True)
 def billing_approvers(db):
-    """The group the demo's large-invoices policy names (the suite's catalog fixture
-    loads the policies without the decision rules that declare it)."""
+    """The group the demo's large-invoices policy names (made by its section too)."""
     from django.contrib.auth.models import Group
 
     Group.objects.get_or_create(name="billing-approvers")
@@ -72,7 +71,7 @@ def refused(text: str, **kwargs) -> list:
 # --- what the demo catalog loads ---------------------------------------------------------------
 
 
-def test_the_demo_catalog_puts_its_three_policies_in_force(catalog):
+def test_the_demo_catalog_puts_its_three_policies_in_force(demo_policies):
     compiled = policies_in_force()
     assert compiled.problem == ""
     assert compiled.ids() == ["large-invoices", "routine-email", "vip-contacts-stay"]
@@ -87,7 +86,7 @@ def test_the_demo_catalog_puts_its_three_policies_in_force(catalog):
     assert version.enforce.startswith("// A routine email change needs no one")
 
 
-def test_the_generated_schema_types_the_demo_actions(catalog):
+def test_the_generated_schema_types_the_demo_actions(demo_policies):
     types = catalog_types(dict(Action.objects.values_list("name", "definition")))
     schema = cedar_schema(types)[""]
     cedarpy.Schema.from_json_str(json.dumps({"": schema}))  # Cedar takes it
@@ -303,7 +302,7 @@ REFUSALS = [
     ("policy", "needle", "message"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS]
 )
 def test_a_bad_policy_is_refused_with_its_line_and_the_set_in_force_stays(
-    catalog, policy, needle, message
+    demo_policies, policy, needle, message
 ):
     text = catalog_with(GOOD + "\n" + policy)
     problems = refused(text)
@@ -317,7 +316,7 @@ def test_a_bad_policy_is_refused_with_its_line_and_the_set_in_force_stays(
     assert policies_in_force().ids() == ["large-invoices", "routine-email", "vip-contacts-stay"]
 
 
-def test_a_policy_file_is_refused_with_its_own_name_and_line(catalog, tmp_path):
+def test_a_policy_file_is_refused_with_its_own_name_and_line(demo_policies, tmp_path):
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "money.cedar").write_text(
         "// Invoices\n\n"
@@ -348,7 +347,7 @@ def test_a_policy_file_is_refused_with_its_own_name_and_line(catalog, tmp_path):
     ],
 )
 def test_a_policy_file_must_be_readable_and_inside_the_catalogs_directory(
-    catalog, tmp_path, name, message
+    demo_policies, tmp_path, name, message
 ):
     root = tmp_path / "catalog"
     root.mkdir()
@@ -359,12 +358,12 @@ def test_a_policy_file_must_be_readable_and_inside_the_catalogs_directory(
     assert (problem.pointer, problem.message) == ("/policies/enforce/0/file", message)
 
 
-def test_files_need_the_catalogs_directory(catalog):
+def test_files_need_the_catalogs_directory(demo_policies):
     (problem,) = refused("version: 1\npolicies:\n  enforce:\n    - file: policies/x.cedar\n")
     assert "load the catalog from its file" in problem.message
 
 
-def test_groups_declared_beside_the_policies_are_made(catalog):
+def test_groups_declared_beside_the_policies_are_made(demo_policies):
     policy = f'@id("sec") @require("2 of security")\npermit (principal, {INVOICE_SCOPE}, resource);'
     report = load_catalog(catalog_with(policy, groups=["security"]))
     assert report.groups_created == ["security"]
@@ -414,12 +413,12 @@ def with_document(name: str, document) -> str:
         ),
     ],
 )
-def test_a_document_cedar_cannot_type_is_refused(catalog, action, document, pointer, message):
+def test_a_document_cedar_cannot_type_is_refused(demo_policies, action, document, pointer, message):
     problems = refused(with_document(action, document))
     assert {p.pointer: p.message for p in problems} == {pointer: message}
 
 
-def test_a_document_is_part_of_the_definition_and_its_digest(catalog):
+def test_a_document_is_part_of_the_definition_and_its_digest(demo_policies):
     action = Action.objects.get(name="update_contact_phone")
     document = {"type": "object", "properties": {"phone": {"type": "string"}}}
     report = load_catalog(with_document("update_contact_phone", document))
@@ -429,7 +428,7 @@ def test_a_document_is_part_of_the_definition_and_its_digest(catalog):
     assert changed.definition["document"] == document
 
 
-def test_a_file_whose_actions_would_break_the_policies_in_force_is_refused(catalog):
+def test_a_file_whose_actions_would_break_the_policies_in_force_is_refused(demo_policies):
     definition = dict(Action.objects.get(name="update_contact_email").definition)
     del definition["document"]
     text = yaml.safe_dump({"version": 1, "actions": {"update_contact_email": definition}})
@@ -457,7 +456,7 @@ def test_a_file_whose_actions_would_break_the_policies_in_force_is_refused(catal
 ROUTINE = (DEMO_CATALOG.parent / "policies" / "routine-email.cedar").read_text()
 
 
-def test_a_change_makes_a_version_with_its_diff_and_an_audit_event(catalog):
+def test_a_change_makes_a_version_with_its_diff_and_an_audit_event(demo_policies):
     events = AuditEvent.objects.filter(kind="policy.changed")
     assert events.count() == 1  # the demo catalog's own
     first = PolicyVersion.objects.get()
@@ -483,7 +482,7 @@ def test_a_change_makes_a_version_with_its_diff_and_an_audit_event(catalog):
     assert len(version.hash) == 64 and version.hash != first.hash
 
 
-def test_a_load_that_changes_nothing_makes_no_version(catalog):
+def test_a_load_that_changes_nothing_makes_no_version(demo_policies):
     load_catalog(catalog_with(ROUTINE))
     count, events = (
         PolicyVersion.objects.count(),
@@ -498,14 +497,14 @@ def test_a_load_that_changes_nothing_makes_no_version(catalog):
     assert AuditEvent.objects.filter(kind="policy.changed").count() == events
 
 
-def test_an_empty_section_removes_every_policy(catalog):
+def test_an_empty_section_removes_every_policy(demo_policies):
     report = load_catalog("version: 1\npolicies: {}\n")
     assert (report.policies, report.policies_changed) == (2, True)
     assert policies_in_force().empty
     assert policy_evaluate(email("g.hopper@example.test"), policies_in_force()).outcome == REVIEW
 
 
-def test_the_diff_is_bounded(catalog):
+def test_the_diff_is_bounded(demo_policies):
     many = "".join(f"// line {n}\n" for n in range(2 * MAX_DIFF_LINES)) + GOOD
     load_catalog(catalog_with(many))
     diff = PolicyVersion.objects.get(number=2).diff
@@ -514,7 +513,7 @@ def test_the_diff_is_bounded(catalog):
     assert PolicyVersion.objects.get(number=2).enforce.count("// line") == 2 * MAX_DIFF_LINES
 
 
-def test_the_compiled_set_follows_the_version_in_force(catalog):
+def test_the_compiled_set_follows_the_version_in_force(demo_policies):
     assert policies_in_force().version == 1
     load_catalog(catalog_with(GOOD, shadow=ROUTINE))
     compiled = policies_in_force()
@@ -526,7 +525,7 @@ def test_the_compiled_set_follows_the_version_in_force(catalog):
     assert policies_in_force() is compiled  # one compilation per catalog generation
 
 
-def test_a_set_in_force_that_no_longer_holds_sends_every_plan_to_a_person(catalog):
+def test_a_set_in_force_that_no_longer_holds_sends_every_plan_to_a_person(demo_policies):
     # A change made around the loader (here, in the database itself).
     PolicyVersion.objects.filter(number=1).update(
         enforce='@id("x") forbid (principal, action == Action::"gone", resource);\n'
@@ -541,7 +540,7 @@ def test_a_set_in_force_that_no_longer_holds_sends_every_plan_to_a_person(catalo
 # --- export ---------------------------------------------------------------------------------
 
 
-def test_the_export_inlines_the_policies_and_loads_back_unchanged(catalog):
+def test_the_export_inlines_the_policies_and_loads_back_unchanged(demo_policies):
     load_catalog(catalog_with(DEMO_POLICIES_TEXT, shadow=GOOD))
     text = export_catalog()
     document = yaml.safe_load(text)
@@ -568,7 +567,7 @@ DEMO_POLICIES_TEXT = "\n".join(
 )
 
 
-def test_load_catalog_says_which_version_is_in_force(catalog, tmp_path):
+def test_load_catalog_says_which_version_is_in_force(demo_policies, tmp_path):
     path = tmp_path / "catalog.yaml"
     path.write_text(catalog_with(GOOD))
     out = io.StringIO()
@@ -582,7 +581,7 @@ def test_load_catalog_says_which_version_is_in_force(catalog, tmp_path):
 # --- the admin ------------------------------------------------------------------------------
 
 
-def test_the_admin_shows_the_versions_with_their_diff_and_changes_none(client, catalog):
+def test_the_admin_shows_the_versions_with_their_diff_and_changes_none(client, demo_policies):
     from django.contrib.auth import get_user_model
 
     admin = get_user_model().objects.create_superuser(username="ada-admin", password="pw")
@@ -606,7 +605,7 @@ def test_the_admin_shows_the_versions_with_their_diff_and_changes_none(client, c
     assert PolicyVersion.objects.filter(pk=version.pk).exists()
 
 
-def test_the_documented_section_loads_beside_the_demo_catalog(catalog):
+def test_the_documented_section_loads_beside_the_demo_catalog(demo_policies):
     from tests.actions.test_catalog_docs import block
 
     report = load_catalog(
@@ -616,7 +615,7 @@ def test_the_documented_section_loads_beside_the_demo_catalog(catalog):
     assert policies_in_force().ids() == ["no-vip-deletes", "routine-email"]
 
 
-def test_a_new_action_is_checked_against_the_policies_whose_scope_reaches_it(catalog):
+def test_a_new_action_is_checked_against_the_policies_whose_scope_reaches_it(demo_policies):
     irreversible = """@id("red-stays")
 forbid (principal, action in Action::"class:irreversible", resource)
 when { context.before.workspace == "ws-red" };

@@ -38,7 +38,7 @@ def test_the_demo_policies_pass_their_cases_from_the_catalog_file(db):
     assert any("review (large-invoices)" in line for line in lines)
 
 
-def test_the_policies_in_force_and_cedar_files_pass_them_too(catalog):
+def test_the_policies_in_force_and_cedar_files_pass_them_too(demo_policies):
     assert run(CASES).splitlines()[-1].endswith("passed, 0 failed")
     assert run(CASES, "--policies", *POLICIES).splitlines()[-1].endswith("passed, 0 failed")
 
@@ -59,7 +59,7 @@ GRACE = {
 }
 
 
-def test_a_failing_case_fails_the_command(catalog, tmp_path):
+def test_a_failing_case_fails_the_command(demo_policies, tmp_path):
     path = write_cases(
         tmp_path,
         [
@@ -90,7 +90,7 @@ def test_a_failing_case_fails_the_command(catalog, tmp_path):
     ]
 
 
-def test_a_case_sees_time_rate_agent_and_requester(catalog, tmp_path):
+def test_a_case_sees_time_rate_agent_and_requester(demo_policies, tmp_path):
     policy = tmp_path / "hours.cedar"
     policy.write_text(
         '@id("hours") @approve\n'
@@ -203,7 +203,9 @@ def test_a_case_sees_time_rate_agent_and_requester(catalog, tmp_path):
         ),
     ],
 )
-def test_a_malformed_case_is_refused_with_its_number_and_reason(catalog, tmp_path, case, message):
+def test_a_malformed_case_is_refused_with_its_number_and_reason(
+    demo_policies, tmp_path, case, message
+):
     good = {
         "action": "delete_contact",
         "input": {"contact_id": "c-1002"},
@@ -216,7 +218,7 @@ def test_a_malformed_case_is_refused_with_its_number_and_reason(catalog, tmp_pat
     assert str(info.value) == f"{path}: case 2: {message}"
 
 
-def test_a_malformed_file_or_policy_is_refused_without_a_trace(catalog, tmp_path):
+def test_a_malformed_file_or_policy_is_refused_without_a_trace(demo_policies, tmp_path):
     path = tmp_path / "cases.yaml"
     path.write_text("cases: [unclosed\n")
     with pytest.raises(CommandError, match=r"not valid YAML at line 2"):

@@ -94,7 +94,7 @@ def test_pages_in_brazilian_portuguese_and_the_language_switcher(chromium, agent
     page.get_by_role("button", name="Entrar").click()
     page.wait_for_url("**/plans/")
     assert page.locator("html").get_attribute("lang") == "pt-br"
-    assert page.get_by_role("heading", level=1).inner_text() == "Planos aguardando uma decisão"
+    assert page.get_by_role("heading", level=1).inner_text() == "Planos para você decidir"
     row = page.locator("tr.plan-row", has_text=plan["short_code"])
     assert "Aguardando aprovação" in row.inner_text()
     assert "Mudança reversível" in row.inner_text()
@@ -124,7 +124,7 @@ def test_pages_in_brazilian_portuguese_and_the_language_switcher(chromium, agent
     expect(page.get_by_role("heading", name="Action card")).to_be_visible()
     assert page.locator("html").get_attribute("lang") == "en"
     page.get_by_role("link", name="Queue").click()
-    assert page.get_by_role("heading", level=1).inner_text() == "Plans awaiting a decision"
+    assert page.get_by_role("heading", level=1).inner_text() == "Plans for you to decide"
 
 
 def test_decision_forms_work_without_javascript(chromium, agent_api, upstream):

@@ -53,7 +53,7 @@ def test_the_403_names_the_account_and_signs_out(chromium, outsider, javascript)
     # Signed out for real: another account can sign in from here.
     log_in(page, "rita", "pw-rita")
     page.wait_for_url("**/plans/")
-    assert page.get_by_role("heading", level=1).inner_text() == "Plans awaiting a decision"
+    assert page.get_by_role("heading", level=1).inner_text() == "Plans for you to decide"
 
 
 def test_the_403_in_portuguese(chromium, outsider):
