@@ -67,9 +67,11 @@ $(UV): | $(PY)
 	echo "Installing uv$${version:+==$$version} into $(VENV)"; \
 	$(PY) -m pip install --quiet --disable-pip-version-check "uv$${version:+==$$version}"
 
-# Re-sync whenever the lock is newer than the last sync.
+# Re-sync whenever the lock is newer than the last sync. The packages are compiled to
+# bytecode here, once: where PYTHONDONTWRITEBYTECODE is set, every process would otherwise
+# compile what it imports again (the suite starts dozens of web servers and workers).
 $(STAMP): $(LOCK) | $(UV)
-	$(UV) pip sync --python $(PY) $(LOCK)
+	$(UV) pip sync --compile-bytecode --python $(PY) $(LOCK)
 	@touch $@
 
 # --- run ---------------------------------------------------------------------------
