@@ -19,8 +19,8 @@ REVISION_SCREENSHOT = "/tmp/countersign-plan-revision.png"
 
 @pytest.fixture
 def open_browser(chromium, approve_without_wakeup):
-    """A page in a fresh context (tests/e2e/conftest.py ``chromium``): Chromium starts on
-    demand, after the test has touched the database (approve in-process)."""
+    """Pages in fresh contexts (tests/e2e/conftest.py ``chromium``), and approving
+    in-process without the broker's wake-up."""
     return chromium
 
 
