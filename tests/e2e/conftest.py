@@ -70,13 +70,18 @@ def chromium_browser():
         if not started:
             from playwright.sync_api import sync_playwright
 
-            started["env"] = pytest.MonkeyPatch()
-            started["env"].setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-            started["playwright"] = sync_playwright().start()
-            started["browser"] = started["playwright"].chromium.launch(
-                executable_path=CHROMIUM,
-                args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
-            )
+            playwright = sync_playwright().start()
+            try:
+                chromium = playwright.chromium.launch(
+                    executable_path=CHROMIUM,
+                    args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
+                )
+            except BaseException:
+                playwright.stop()
+                raise
+            env = pytest.MonkeyPatch()
+            env.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+            started.update(playwright=playwright, browser=chromium, env=env)
         return started["browser"]
 
     yield browser
