@@ -67,9 +67,11 @@ $(UV): | $(PY)
 	echo "Installing uv$${version:+==$$version} into $(VENV)"; \
 	$(PY) -m pip install --quiet --disable-pip-version-check "uv$${version:+==$$version}"
 
-# Re-sync whenever the lock is newer than the last sync.
+# Re-sync whenever the lock is newer than the last sync. The packages are compiled to
+# bytecode here, once: where PYTHONDONTWRITEBYTECODE is set, every process would otherwise
+# compile what it imports again (the suite starts dozens of web servers and workers).
 $(STAMP): $(LOCK) | $(UV)
-	$(UV) pip sync --python $(PY) $(LOCK)
+	$(UV) pip sync --compile-bytecode --python $(PY) $(LOCK)
 	@touch $@
 
 # --- run ---------------------------------------------------------------------------
@@ -81,8 +83,14 @@ run: venv
 
 # --- test --------------------------------------------------------------------------
 # Does not start services (CI runs .ci/services first); says clearly if they are down.
+# The project's own modules are compiled to bytecode first, as make venv does for the
+# packages: the suite starts dozens of processes that import them (errors are pytest's
+# to report).
+COMPILE := $(PY) -m compileall -q -j 0 actions approvals clients config demo executors
+
 test: venv
 	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' PYTHON=$(PY) .ci/check-services
+	@$(COMPILE) >/dev/null || true
 	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' \
 	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test \
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -96,6 +104,7 @@ CHAOS_SEED ?=
 chaos: venv
 	@mkdir -p var
 	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' PYTHON=$(PY) .ci/check-services
+	@$(COMPILE) >/dev/null || true
 	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' \
 	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test \
 	CHAOS_PLANS=300 CHAOS_SEED='$(CHAOS_SEED)' CHAOS_FIGURES=var/chaos-figures.json \
@@ -104,6 +113,7 @@ chaos: venv
 
 soak: venv
 	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' PYTHON=$(PY) .ci/check-services
+	@$(COMPILE) >/dev/null || true
 	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' \
 	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test COUNTERSIGN_MP_PLANS=1000 \
 	$(PY) -m pytest -q tests/e2e/test_multiprocess.py

@@ -395,6 +395,8 @@ class DemoUpstream:
         # where they must never appear (tests/conftest.py, the canary).
         self._issued_tokens: list[str] = []
         self.epoch = 0
+        # Requests sleeping in a delay fault wake early once it is set (release_delays()).
+        self._delays_released = threading.Event()
         self._reset_locked()
         self._routes = self._build_routes()
 
@@ -559,6 +561,13 @@ class DemoUpstream:
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
+
+    def release_delays(self) -> None:
+        """Let every request sleeping in a delay fault go on now, as if its delay were
+        over; delay faults met later sleep as usual."""
+        with self._lock:
+            released, self._delays_released = self._delays_released, threading.Event()
+        released.set()
 
     def token_requests(self) -> int:
         """How many requests reached POST /oauth/token (granted or not) since the reset."""
@@ -1250,7 +1259,7 @@ class _Handler(BaseHTTPRequestHandler):
         response = handle(request) if fault.apply or fault.echo_auth else None
         if fault.delay:
             epoch = upstream.epoch
-            time.sleep(fault.delay)
+            upstream._delays_released.wait(fault.delay)
             if upstream.epoch != epoch:
                 self._drop()  # reset meanwhile: the request is not processed
                 return

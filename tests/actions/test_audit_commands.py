@@ -96,7 +96,9 @@ def witness():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield {"url": f"http://127.0.0.1:{server.server_port}/", "received": received, "state": state}
     server.shutdown()

@@ -212,7 +212,9 @@ class _CookieSetter(BaseHTTPRequestHandler):
 def test_a_cookie_set_by_an_upstream_is_never_sent_back(db):
     _CookieSetter.seen = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _CookieSetter)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         connector = Connector.objects.create(

@@ -47,38 +47,67 @@ def approve_without_wakeup(monkeypatch, reviewer):
     return approve
 
 
-@pytest.fixture
-def chromium(live, reviewer, second_reviewer, agent_api):
-    """Open Chromium pages on demand, each in a context of its own (its own cookies, so
-    its own reviewer; its own locale and window size; JavaScript on or off). Chromium
-    starts with the first page: tests touch the database before that, because Django
-    refuses ORM calls while Playwright's event loop runs in this thread."""
+@pytest.fixture(scope="module")
+def chromium_browser():
+    """One Chromium (and one Playwright driver) for a module's tests, started with the
+    first page one of them opens and closed after its last test: each test still gets
+    browser contexts of its own (``chromium``), with their own cookies and storage.
+
+    Playwright's sync API keeps its event loop running in this thread from its start,
+    and Django refuses ORM calls in a thread with a running loop unless told it may: the
+    later tests' fixtures and the flush of the test database after each test make such
+    calls here, synchronously, while the loop only serves Playwright's own calls between
+    them, so the module runs with DJANGO_ALLOW_ASYNC_UNSAFE from the start on."""
     import shutil
 
     from tests.e2e.test_browser import CHROMIUM
 
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Chromium is not installed at /usr/bin/chromium")
-    from playwright.sync_api import sync_playwright
-
     started: dict = {}
 
-    def new_page(**context_options):
+    def browser():
+        if not shutil.which(CHROMIUM):
+            pytest.skip("Chromium is not installed at /usr/bin/chromium")
         if not started:
-            started["playwright"] = sync_playwright().start()
-            started["browser"] = started["playwright"].chromium.launch(
-                executable_path=CHROMIUM,
-                args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
-            )
+            from playwright.sync_api import sync_playwright
+
+            playwright = sync_playwright().start()
+            try:
+                chromium = playwright.chromium.launch(
+                    executable_path=CHROMIUM,
+                    args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"],
+                )
+            except BaseException:
+                playwright.stop()
+                raise
+            env = pytest.MonkeyPatch()
+            env.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+            started.update(playwright=playwright, browser=chromium, env=env)
+        return started["browser"]
+
+    yield browser
+    if started:
+        started["browser"].close()
+        started["playwright"].stop()
+        started["env"].undo()
+
+
+@pytest.fixture
+def chromium(live, reviewer, second_reviewer, agent_api, chromium_browser):
+    """Open Chromium pages on demand, each in a context of its own (its own cookies, so
+    its own reviewer; its own locale and window size; JavaScript on or off), closed at
+    the end of the test. The module's Chromium starts with the first page it opens."""
+    contexts = []
+
+    def new_page(**context_options):
         options = {"viewport": {"width": 1280, "height": 900}, "base_url": live["url"]}
-        context = started["browser"].new_context(**{**options, **context_options})
+        context = chromium_browser().new_context(**{**options, **context_options})
+        contexts.append(context)
         context.set_default_timeout(10_000)
         return context.new_page()
 
     yield new_page
-    if started:
-        started["browser"].close()  # closes its contexts too
-        started["playwright"].stop()
+    for context in contexts:
+        context.close()
 
 
 # --- single sign-on and passkeys: a real OpenID provider, a web server that uses it ---------

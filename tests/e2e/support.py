@@ -104,9 +104,10 @@ class AgentClient:
 def while_a_slow_submission_runs(
     url: str, token: str, upstream, during: Callable[[httpx.Client], Any]
 ) -> tuple[httpx.Response, Any]:
-    """Submit a plan whose preview read the upstream answers slowly (4 s) and, once that
-    read is at the upstream, call ``during(client)``; returns (the submission's answer,
-    what ``during`` returned). The submission holds its thread and connection all along."""
+    """Submit a plan whose preview read the upstream answers slowly (4 s at most: it is
+    let go once ``during`` returned) and, once that read is at the upstream, call
+    ``during(client)``; returns (the submission's answer, what ``during`` returned). The
+    submission holds its thread and connection all along."""
     upstream.add_fault(method="GET", path_prefix="/contacts/", delay=4)
     body = {
         "action": "update_contact_email",
@@ -118,7 +119,10 @@ def while_a_slow_submission_runs(
             slow = pool.submit(http.post, "/api/v1/plans", json=body)
             reads = len(upstream.requests_log())
             eventually(lambda: len(upstream.requests_log()) > reads, timeout=10)
-            seen = during(http)
+            try:
+                seen = during(http)
+            finally:
+                upstream.release_delays()
             return slow.result(), seen
 
 

@@ -18,8 +18,7 @@ SCREENSHOT_COPY = "/tmp/countersign-plan.png"
 
 @pytest.fixture
 def page(chromium):
-    """A fresh Chromium page (tests/e2e/conftest.py ``chromium``), started after every
-    fixture that touches the database and stopped before the test database is flushed."""
+    """A Chromium page in a fresh context (tests/e2e/conftest.py ``chromium``)."""
     return chromium()
 
 

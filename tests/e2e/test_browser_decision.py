@@ -146,6 +146,9 @@ def test_no_page_is_wider_than_a_phone(chromium, one_of_each):
 def test_the_queue_refresh_keeps_focus_and_scroll_and_j_k_move(chromium, agent_api):
     plans = [agent_api.propose(email=f"ada{i}@new.example") for i in range(3)]
     page = chromium()
+    # The page's timers run on a clock the test may move on: the queue's refresh (every
+    # 5 s) is then made due at once, by the page's own timer.
+    page.clock.install()
     log_in(page)
     page.keyboard.press("j")
     page.keyboard.press("j")
@@ -159,7 +162,7 @@ def test_the_queue_refresh_keeps_focus_and_scroll_and_j_k_move(chromium, agent_a
         lambda r: r.request.headers.get("hx-request") == "true" and "/plans/" in r.url,
         timeout=12_000,
     ):
-        pass
+        page.clock.fast_forward(5_000)
     page.wait_for_timeout(300)  # the swap settles
     assert page.evaluate("document.activeElement.id") == focused
     assert page.evaluate("window.scrollY") == scroll

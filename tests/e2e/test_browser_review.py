@@ -19,8 +19,8 @@ REVISION_SCREENSHOT = "/tmp/countersign-plan-revision.png"
 
 @pytest.fixture
 def open_browser(chromium, approve_without_wakeup):
-    """A page in a fresh context (tests/e2e/conftest.py ``chromium``): Chromium starts on
-    demand, after the test has touched the database (approve in-process)."""
+    """Pages in fresh contexts (tests/e2e/conftest.py ``chromium``), and approving
+    in-process without the broker's wake-up."""
     return chromium
 
 
@@ -41,6 +41,9 @@ def test_queue_filter_and_page_survive_the_htmx_refresh(open_browser, agent_api)
     emails = [agent_api.propose(email=f"ada{i}@new.example") for i in range(3)]
     propose_memo(agent_api, "not an email change")
     page = open_browser()
+    # The page's timers run on a clock the test may move on: the queue's refresh (every
+    # 5 s) is then made due at once, by the page's own timer.
+    page.clock.install()
     log_in(page)
 
     page.goto("/plans/?per_page=2")
@@ -62,7 +65,7 @@ def test_queue_filter_and_page_survive_the_htmx_refresh(open_browser, agent_api)
         lambda r: r.request.headers.get("hx-request") == "true" and "/plans/" in r.url,
         timeout=12_000,
     ) as polled:
-        pass
+        page.clock.fast_forward(5_000)
     poll_url = polled.value.url
     assert "after=" in poll_url and "action=update_contact_email" in poll_url
     assert "per_page=2" in poll_url

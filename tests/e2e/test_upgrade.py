@@ -5,8 +5,8 @@ The previous release is the newest CHANGELOG.md entry with a commit. Its checkou
 ``git worktree`` of that commit with a virtualenv of its own, made from that commit's
 requirements.lock (uv, from its warm cache); its processes are started as that release
 starts them (``python -m config.web``, ``celery -A config worker``), on the suite's test
-database, already migrated by this code. They use a Celery queue of their own, so the
-suite's worker never takes their work.
+database, already migrated by this code. Its worker has a Celery queue of its own, so
+the suite's worker never takes its work; its web server feeds the suite's worker.
 """
 
 from __future__ import annotations
@@ -100,42 +100,50 @@ def test_a_rolling_deploy_from_the_previous_release(
     previous, started, live, live_env, live_logs, worker_keys, upstream, agent_token, reviewer
 ):
     """docs/deployment.md, Upgrading: after `migrate`, the previous release's processes
-    and this one's may serve side by side in any mix while they are replaced."""
-    from demo.processes import start_web, start_worker
+    and this one's may serve side by side in any mix while they are replaced.
+
+    The two mixes where the releases meet are run: a previous web server with this
+    release's worker (the suite's own), and this release's web server with a previous
+    worker. Between them every write of the previous release on the migrated schema is
+    made (its web server's plan, approval and audit events; its worker's attempt and
+    audit events) and each release reads what the other wrote; this release beside
+    itself is the rest of the suite."""
+    from demo.processes import start_web, start_worker, wait_ready
 
     version, tree, python = previous
-    # A queue of this test's own; the previous release's files in its checkout.
+    # The previous worker and the web server that feeds it: a queue of their own. The
+    # previous web server feeds the suite's queue, so the suite's worker executes.
     env = {**live_env, "COUNTERSIGN_QUEUE": f"{live_env['COUNTERSIGN_QUEUE']}-{version}"}
-    old_env = {**env, "COUNTERSIGN_VAR_DIR": str(tree / "var")}
+    old_var = {"COUNTERSIGN_VAR_DIR": str(tree / "var")}
     key = {"COUNTERSIGN_WORKER_KEY_FILE": worker_keys["private_file"]}
 
     def run(url: str, worker, email: str) -> None:
         propose_approve_execute(url, agent_token, worker, upstream, email)
 
-    old_web, old_url = start_web(old_env, live_logs, name=f"web-{version}", python=python, cwd=tree)
-    started.append(old_web)
+    # Started together: the worker is waited for once both web servers listen.
     old_worker = start_worker(
-        {**old_env, **key}, live_logs, name=f"worker-{version}", python=python, cwd=tree
+        {**env, **old_var, **key},
+        live_logs,
+        name=f"worker-{version}",
+        python=python,
+        cwd=tree,
+        wait=False,
     )
     started.append(old_worker)
+    old_web, old_url = start_web(
+        {**live_env, **old_var}, live_logs, name=f"web-{version}", python=python, cwd=tree
+    )
+    started.append(old_web)
+    new_web, new_url = start_web(env, live_logs, name="web-upgraded")
+    started.append(new_web)
+    wait_ready(old_worker)
     # Migrations it does not know are no reason for it to leave the load balancer.
     ready = {c["name"]: c for c in httpx.get(f"{old_url}/readyz", timeout=10).json()["checks"]}
     assert ready["migrations"]["ok"], ready
-    # Migrated, nothing replaced yet: the previous release alone on this schema (its
-    # INSERTs of a plan, an approval, an attempt, audit events, without the new columns).
-    run(old_url, old_worker, "ada@old.example")
 
-    # A web server replaced first: this release's, beside the previous worker.
-    new_web, new_url = start_web(env, live_logs, name="web-upgraded")
-    started.append(new_web)
+    # The workers replaced first: the previous web server, this release's worker. Its
+    # INSERTs of a plan, an approval and audit events lack the new columns.
+    run(old_url, live["worker"], "ada@workers-first.example")
+    # A web server replaced first: this release's, beside the previous worker (its
+    # attempt and audit events, on a plan this release wrote).
     run(new_url, old_worker, "ada@web-first.example")
-
-    # The workers replaced first: this release's worker, the previous web server.
-    old_worker.stop()
-    new_worker = start_worker({**env, **key}, live_logs, name="worker-upgraded")
-    started.append(new_worker)
-    run(old_url, new_worker, "ada@workers-first.example")
-
-    # Everything replaced: this release's processes, the suite's own.
-    old_web.stop()
-    run(live["url"], live["worker"], "ada@new.example")

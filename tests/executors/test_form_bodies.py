@@ -46,7 +46,9 @@ class _Recorder(BaseHTTPRequestHandler):
 def form_upstream():
     _Recorder.received = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}", _Recorder.received
     server.shutdown()

@@ -5,10 +5,12 @@ to not_sent and its plan sent a second time."""
 import threading
 import time
 
+import psycopg
 from django.db import connection
 
 from approvals.models import Attempt
 from approvals.services import approval_record
+from demo.processes import database_url
 from executors import services, sweeper
 
 
@@ -27,12 +29,30 @@ def test_a_slow_worker_and_the_sweeper_send_twice(
     settings.COUNTERSIGN_EXECUTION_LEASE_SECONDS = 0  # the worker is past its lease
     upstream.add_fault(method="POST", path_prefix="/deployments", times=1, delay=1.0)
 
-    claimed, sweeper_read = threading.Event(), threading.Event()
+    claimed, sweeper_read, swept = threading.Event(), threading.Event(), threading.Event()
     revalidate = services._revalidate
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (sweeper_pid,) = cursor.fetchone()
+
+    def sweeper_waits_for_a_lock() -> bool:
+        """The sweeper (this test's main thread) waits for a lock the worker holds."""
+        with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as other:
+            return bool(
+                other.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
+                    [sweeper_pid],
+                ).fetchone()
+            )
 
     def slow_revalidate(claim):  # worker: claimed, then slow before "sending"
         claimed.set()
-        sweeper_read.wait(10)
+        # Until the sweeper has read the attempt (then this worker commits "sending"
+        # behind its back), waits for a lock this worker holds, or is done; 10 s at most.
+        deadline = time.monotonic() + 10
+        while not sweeper_read.wait(0.05) and time.monotonic() < deadline:
+            if swept.is_set() or sweeper_waits_for_a_lock():
+                break
         return revalidate(claim)
 
     real_objects = Attempt.objects
@@ -74,6 +94,7 @@ def test_a_slow_worker_and_the_sweeper_send_twice(
     thread.start()
     assert claimed.wait(10)
     report = sweeper.sweep()
+    swept.set()
     thread.join(15)
     monkeypatch.setattr(Attempt, "objects", real_objects)
     monkeypatch.setattr(services, "_revalidate", revalidate)

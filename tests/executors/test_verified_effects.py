@@ -198,7 +198,9 @@ def records(db):
     _Records.quirks = {}
     _Records.writes = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Records)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     connector = Connector.objects.create(
         name="records", base_url=f"http://127.0.0.1:{server.server_port}"

@@ -263,17 +263,20 @@ def test_a_stdio_subscription_and_wait_are_cut_off_in_the_handshake_era(
                 await client.subscribe_resource(followed(plan))
             # Delivering before the cut: a reviewer denies the control plan.
             await anyio.to_thread.run_sync(decide_now, reviewer, control, "deny")
+            decided = time.monotonic()
             with anyio.fail_after(30):
                 while followed(control) not in updates:
                     await anyio.sleep(0.05)
+            heard_in = time.monotonic() - decided
             when = await get_plan_cut_off(client, agent, how, str(waited.id))
             # The server says it dropped the subscriptions; a change after that is not
-            # announced (the pre-cut one above took well under this long).
+            # announced, in five times as long as the pre-cut one took to be heard (and
+            # at least a second: two of the fallback poll's periods, were Redis silent).
             await anyio.to_thread.run_sync(
                 lambda: eventually(dropped, timeout=CUT_WITHIN, what="the subscriptions dropped")
             )
             await anyio.to_thread.run_sync(decide_now, reviewer, watched, "deny")
-            await anyio.sleep(3)
+            await anyio.sleep(max(1.0, 5 * heard_in))
             try:
                 await client.read_resource(followed(watched))
             except Exception as exc:  # noqa: BLE001 - inspected below

@@ -163,7 +163,9 @@ class HostileTokenEndpoint:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def forge(self, id_token: str) -> str:
         claims = jwt.decode(id_token, options={"verify_signature": False})
@@ -233,7 +235,9 @@ class JsonServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def answer(self) -> object:
         raise NotImplementedError
