@@ -91,9 +91,15 @@ COMPILE := $(PY) -m compileall -q -j 0 actions approvals clients config demo exe
 test: venv
 	@DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' PYTHON=$(PY) .ci/check-services
 	@$(COMPILE) >/dev/null || true
+ifeq ($(strip $(PYTEST_ARGS)),)
+	@# The whole suite: two shards at once (.ci/test-shards), REDIS_URL's database and the next.
+	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' COUNTERSIGN_ENV=test \
+	PYTHON=$(PY) .ci/test-shards
+else
 	DATABASE_URL='$(DATABASE_URL)' REDIS_URL='$(REDIS_URL)' \
 	CELERY_BROKER_URL='$(CELERY_BROKER_URL)' COUNTERSIGN_ENV=test \
 	$(PY) -m pytest $(PYTEST_ARGS)
+endif
 
 # --- chaos and soak ------------------------------------------------------------------
 # The full versions of two tests the suite runs small (services as for `make test`):
