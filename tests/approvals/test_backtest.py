@@ -1,0 +1,356 @@
+"""Backtesting a draft policy set against the stored plans (approvals/decisions/
+backtest.py, manage.py policy_backtest, the admin's backtest page): over a history the
+test builds — plans people approved and that completed, denied, stale, expired,
+cancelled by the agent or by a reviewer, with and without a requester — the report
+lists exactly the plans where the draft and people disagree, the requirement changes
+and the totals; the rates of plans that recorded none are counted from history; paging
+changes nothing; a malformed draft is refused with its line."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from actions.lib.actors import EXECUTOR, SWEEPER
+from actions.lib.models import AuditEvent
+from actions.policy.drafts import draft_compile, draft_read, stored_actions
+from approvals.decisions.backtest import RateWindows, backtest_moment, backtest_run
+from approvals.lifecycle import plan_expire, plan_transition
+from approvals.models import Plan, PlanStatus
+from approvals.services import approval_record, approval_revoke, plan_cancel
+from tests.approvals.test_decision_rules import person
+from tests.conftest import ROOT
+
+DEMO_POLICIES = ROOT / "demo" / "policies"
+ROUTINE = {"contact_id": "c-1002", "email": "g.hopper@example.test"}
+STAFF = {"iss": "https://idp.test", "sub": "s-1", "groups": ["staff"], "name": "S"}
+
+
+def fresh(plan: Plan) -> Plan:
+    return Plan.objects.get(pk=plan.pk)
+
+
+def routine(n: int) -> dict:
+    """A same-domain change of c-1002's address (the demo's routine-email approves it),
+    a different one each time: a proposal awaiting a decision is not proposed twice."""
+    return {"contact_id": "c-1002", "email": f"grace.{n}@example.test"}
+
+
+def elsewhere(n: int) -> dict:
+    return {"contact_id": "c-1002", "email": f"grace.{n}@navy.example"}
+
+
+def approve(plan: Plan, *reviewers) -> Plan:
+    for reviewer in reviewers:
+        approval_record(
+            plan_id=plan.id,
+            reviewer=reviewer,
+            decision="approve",
+            fingerprint_seen=plan.fingerprint,
+        )
+    return fresh(plan)
+
+
+def deny(plan: Plan, reviewer) -> Plan:
+    approval_record(
+        plan_id=plan.id, reviewer=reviewer, decision="deny", fingerprint_seen=plan.fingerprint
+    )
+    return fresh(plan)
+
+
+def executed(plan: Plan, end: str) -> Plan:
+    """The worker's moves, without the upstream: claimed, then ``end``."""
+    plan = plan_transition(fresh(plan), to=PlanStatus.EXECUTING, actor=EXECUTOR, event="x.claim")
+    return plan_transition(plan, to=end, actor=EXECUTOR, event=f"execution.{end}")
+
+
+def report_of(draft, *, since="1d", page_size=500, **kw) -> dict:
+    now = timezone.now()
+    return backtest_run(
+        policies=draft.compiled if hasattr(draft, "compiled") else draft,
+        since=backtest_moment(since, now=now),
+        until=now + timedelta(seconds=1),
+        page_size=page_size,
+        **kw,
+    )
+
+
+def listed(report: dict, key: str) -> list[str]:
+    return [p["id"] for p in report[key]["plans"]]
+
+
+@pytest.fixture
+def history(make_plan, agent, reviewer, second_reviewer):
+    """Eleven plans proposed with no policy in force, each settled as it says."""
+    plans = {}
+    plans["completed"] = executed(approve(make_plan(input=routine(1)), reviewer), "completed")
+    plans["denied"] = deny(make_plan(input=routine(2)), reviewer)
+    plans["stale"] = executed(approve(make_plan(input=routine(3)), reviewer), "stale")
+    expiring = make_plan(input=routine(4))
+    plans["expired"] = plan_expire(expiring, actor=SWEEPER, now=timezone.now())
+    plans["agent_cancelled"] = plan_cancel(agent=agent, plan_id=make_plan(input=routine(5)).id)
+    revoked = approve(make_plan(input=routine(6)), reviewer)
+    plans["revoked"] = approval_revoke(plan_id=revoked.id, reviewer=reviewer)
+    vip = make_plan("delete_contact", {"contact_id": "c-1001"})  # irreversible: two people
+    plans["vip_deleted"] = executed(approve(vip, reviewer, second_reviewer), "completed")
+    plans["vip_kept"] = deny(make_plan("delete_contact", {"contact_id": "c-1001"}), reviewer)
+    invoice = make_plan("send_invoice", {"invoice_id": "inv-2001"})  # 120.00
+    plans["invoice"] = executed(approve(invoice, reviewer), "completed")
+    plans["elsewhere"] = executed(approve(make_plan(input=elsewhere(1)), reviewer), "completed")
+    asked = make_plan(input=routine(7), requester=STAFF)
+    plans["for_staff"] = executed(approve(asked, reviewer), "completed")
+    return plans
+
+
+def test_the_report_lists_exactly_where_the_draft_and_people_disagree(history):
+    draft = draft_read([DEMO_POLICIES])  # the demo's three policies, as a directory
+    report = report_of(draft)
+    ids = {name: str(plan.id) for name, plan in history.items()}
+
+    # Approved by routine-email, and people said no or it went wrong: denied, stale and
+    # cancelled by a reviewer; not expired (nobody decided), not the agent's own cancel.
+    assert listed(report, "approve_disagreements") == [ids["denied"], ids["stale"], ids["revoked"]]
+    assert [p["why"] for p in report["approve_disagreements"]["plans"]] == [
+        "denied",
+        "stale",
+        "cancelled by a reviewer",
+    ]
+    assert report["approve_disagreements"]["count"] == 3
+    first = report["approve_disagreements"]["plans"][0]
+    assert first["draft"] == {"outcome": "approve", "policies": ["routine-email"], "reason": ""}
+    assert first["url"].endswith(f"/plans/{ids['denied']}/")
+    assert first["action"] == "update_contact_email" and first["target"] == "/contacts/c-1002"
+
+    # Refused by vip-contacts-stay, and two people approved it and it was done.
+    assert listed(report, "refuse_disagreements") == [ids["vip_deleted"]]
+    refused = report["refuse_disagreements"]["plans"][0]
+    assert refused["by"] == "people" and refused["status"] == "completed"
+    assert "never deleted by an agent" in refused["draft"]["reason"]
+
+    # large-invoices asks for a billing approver where the class default decided.
+    assert listed(report, "requirement_changes") == [ids["invoice"]]
+    change = report["requirement_changes"]["plans"][0]
+    assert (change["before"], change["after"]) == ("the class default", "1 of billing-approvers")
+    assert change["added"] == ["1 of billing-approvers"] and change["removed"] == []
+    assert change["rules_after"] == ["policy:large-invoices"]
+
+    totals = report["totals"]
+    assert totals["plans"] == 11
+    assert totals["by_status"] == {
+        "cancelled": 2,
+        "completed": 5,
+        "denied": 2,
+        "expired": 1,
+        "stale": 1,
+    }
+    assert totals["draft"] == {"approve": 7, "review": 2, "refuse": 2}
+    assert totals["draft_by_status"]["approve"] == {
+        "cancelled": 2,
+        "completed": 2,
+        "denied": 1,
+        "expired": 1,
+        "stale": 1,
+    }
+    assert totals["draft_by_status"]["refuse"] == {"completed": 1, "denied": 1}
+    assert totals["approved_by"] == {"nobody": 4, "people": 7}
+    assert totals["recorded_to_draft"] == {
+        "none -> approve": 7,
+        "none -> refuse": 2,
+        "none -> review": 2,
+    }
+    assert totals["cancelled_by_reviewer"] == 1
+    assert totals["rate_counted"] == 11  # proposed with no policy: no rate recorded
+    assert report["errors"] == {"plans": 0, "by_policy": {}, "messages": {}}
+    assert report["draft"]["hash"] == draft.hash
+    assert report["draft"]["policies"] == ["large-invoices", "routine-email", "vip-contacts-stay"]
+
+
+def test_pages_of_two_give_the_same_report_as_one_page(history):
+    draft = draft_read([DEMO_POLICIES])
+    whole = report_of(draft, page_size=500)
+    paged = report_of(draft, page_size=2)
+    assert (whole["read"]["pages"], paged["read"]["pages"]) == (1, 6)
+    for report in (whole, paged):
+        report.pop("read")
+        report.pop("window")
+    assert paged == whole
+
+
+def test_a_list_keeps_its_most_recent_plans_and_counts_them_all(history):
+    report = report_of(draft_read([DEMO_POLICIES]), listed=2)
+    ids = [str(history[k].id) for k in ("stale", "revoked")]
+    assert report["approve_disagreements"]["count"] == 3
+    assert listed(report, "approve_disagreements") == ids
+
+
+def test_the_requester_the_plan_was_for_is_put_to_the_draft(make_plan, catalog, reviewer):
+    for_staff = deny(make_plan(input=elsewhere(1), requester=STAFF), reviewer)
+    deny(make_plan(input=elsewhere(2)), reviewer)
+    draft = draft_compile(
+        [
+            (
+                "staff.cedar",
+                '@id("staff-asked") @approve\n'
+                'permit (principal, action == Action::"update_contact_email", resource)\n'
+                "when { principal has on_behalf_of &&\n"
+                '       principal.on_behalf_of in Group::"staff" };\n',
+            )
+        ],
+        actions=stored_actions(),
+    )
+    report = report_of(draft)
+    assert listed(report, "approve_disagreements") == [str(for_staff.id)]
+
+
+# --- the time and the rate ---------------------------------------------------------------------
+
+BUSY = (
+    '@id("busy") @reason("too many at once")\n'
+    'forbid (principal, action == Action::"update_contact_email", resource)\n'
+    "when { context.rate.hour >= 2 };\n"
+)
+
+
+def _at(plan: Plan, moment) -> None:
+    Plan.objects.filter(pk=plan.pk).update(created_at=moment)
+
+
+def test_rates_are_counted_from_history_including_the_day_before_the_window(
+    make_plan, catalog, reviewer
+):
+    """Four changes by one agent at t, t+10 min, t+20 min and t+2 h; the window starts
+    at t+5 min. The third is the agent's third in an hour (the first, before the window,
+    counts): the draft refuses it. The fourth recorded a rate at submission: that is
+    the one used."""
+    t = timezone.now() - timedelta(hours=5)
+    plans = [
+        executed(approve(make_plan(input=elsewhere(i)), reviewer), "completed") for i in range(4)
+    ]
+    for plan, minutes in zip(plans, (0, 10, 20, 120), strict=True):
+        _at(plan, t + timedelta(minutes=minutes))
+    draft = draft_compile([("busy.cedar", BUSY)], actions=stored_actions())
+    window = {"since": t + timedelta(minutes=5), "until": timezone.now()}
+    report = backtest_run(policies=draft, **window)
+    assert report["totals"]["plans"] == 3
+    assert listed(report, "refuse_disagreements") == [str(plans[2].id)]
+    assert report["refuse_disagreements"]["plans"][0]["draft"]["reason"] == "too many at once"
+    assert report["totals"]["rate_counted"] == 3
+
+    recorded = fresh(plans[3])
+    part = {"at": (t + timedelta(minutes=120)).isoformat(), "rate": [7, 9], "outcome": "review"}
+    Plan.objects.filter(pk=recorded.pk).update(policy={**recorded.policy, "policies": part})
+    report = backtest_run(policies=draft, **window)
+    assert listed(report, "refuse_disagreements") == [str(plans[2].id), str(plans[3].id)]
+    assert report["totals"]["rate_counted"] == 2
+    assert report["totals"]["recorded_to_draft"] == {
+        "none -> refuse": 1,
+        "none -> review": 1,
+        "review -> refuse": 1,
+    }
+
+
+def test_a_rate_window_holds_one_day_and_forgets_the_rest():
+    windows = RateWindows()
+    hour, day = 3600 * 10**6, 24 * 3600 * 10**6
+    for at in (0, 10, 20):
+        windows.add(("a", "x"), at)
+    assert windows.count(("a", "x"), 20) == (2, 2)  # strictly before: as the submission
+    assert windows.count(("a", "x"), hour + 15) == (1, 3)
+    windows.add(("b", "x"), day + 100)
+    windows.forget_before(day + 100)
+    assert list(windows.windows) == [("b", "x")]  # nothing of a's in the last day
+    assert windows.held == 1
+
+
+# --- requirement changes against the policies of the time ---------------------------------------
+
+
+def test_a_draft_without_a_policy_of_the_time_gives_back_what_it_required(
+    make_plan, demo_policies, reviewer
+):
+    billing = person("bea", "billing-approvers")
+    invoice = make_plan("send_invoice", {"invoice_id": "inv-2001"})
+    assert invoice.requirement["rules"] == ["policy:large-invoices"]  # recorded then
+    executed(approve(invoice, billing), "completed")
+    only_routine = (DEMO_POLICIES / "routine-email.cedar").read_text()
+    report = report_of(draft_compile([("routine.cedar", only_routine)], actions=stored_actions()))
+    assert listed(report, "requirement_changes") == [str(invoice.id)]
+    change = report["requirement_changes"]["plans"][0]
+    assert (change["before"], change["after"]) == ("1 of billing-approvers", "the class default")
+    assert change["removed"] == ["1 of billing-approvers"]
+    assert report["totals"]["rate_counted"] == 0  # recorded at submission
+    # The same policies as then: nothing changes.
+    assert report_of(draft_read([DEMO_POLICIES]))["requirement_changes"]["count"] == 0
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def test_the_command_prints_the_report_and_writes_json(history, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    call_command(
+        "policy_backtest",
+        str(DEMO_POLICIES),
+        "--since",
+        "1d",
+        "--json",
+        str(out),
+        "--page-size",
+        "3",
+        "--progress-pages",
+        "1",
+    )
+    printed = capsys.readouterr()
+    assert "Would approve what people said no to, or what went wrong: 3" in printed.out
+    assert f"/plans/{history['denied'].id}/" in printed.out
+    assert "Would refuse what a person approved and was done: 1" in printed.out
+    assert "Would change who must approve: 1" in printed.out
+    assert "the class default -> 1 of billing-approvers" in printed.out
+    assert "plans read in 1 pages" in printed.err and "11 plans read in 4 pages" in printed.err
+    report = json.loads(out.read_text())
+    assert report["totals"]["plans"] == 11 and report["read"]["page_size"] == 3
+    event = AuditEvent.objects.get(kind="policy.backtest")
+    assert event.actor == "cli"
+    assert event.data["draft"] == report["draft"]["hash"]
+    assert event.data["plans"] == 11 and event.data["approve_disagreements"] == 3
+    assert event.data["since"] == report["window"]["since"]
+
+
+def test_a_catalog_files_policies_are_a_draft(history, tmp_path, capsys):
+    catalog = tmp_path / "catalog.yaml"
+    section = yaml.safe_load((ROOT / "demo" / "catalog.yaml").read_text())["policies"]
+    catalog.write_text(yaml.safe_dump({"version": 1, "policies": section}))
+    for name in ("routine-email", "large-invoices", "vip-contacts"):
+        (tmp_path / f"{name}.cedar").write_text((DEMO_POLICIES / f"{name}.cedar").read_text())
+    section["enforce"] = [
+        {"file": f"{n}.cedar"} for n in ("routine-email", "large-invoices", "vip-contacts")
+    ]
+    catalog.write_text(yaml.safe_dump({"version": 1, "policies": section}))
+    call_command("policy_backtest", str(catalog), "--since", "1d")
+    assert "Would approve what people said no to, or what went wrong: 3" in capsys.readouterr().out
+
+
+def test_a_malformed_draft_is_refused_with_its_line_and_nothing_is_read(history, tmp_path):
+    bad = tmp_path / "bad.cedar"
+    bad.write_text(
+        '@id("typo") @approve\n'
+        'permit (principal, action == Action::"update_contact_email", resource)\n'
+        'when { context.before.emial == "x" };\n'
+    )
+    with pytest.raises(CommandError) as info:
+        call_command("policy_backtest", str(bad), "--since", "1d")
+    message = str(info.value)
+    assert message.startswith("the policies are refused:")
+    assert f"{bad}, line 3: policy typo:" in message and "emial" in message
+    assert "Traceback" not in message
+    assert not AuditEvent.objects.filter(kind="policy.backtest").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CommandError, match=r"no \.cedar file in this directory"):
+        call_command("policy_backtest", str(tmp_path / "empty"), "--since", "1d")
+    with pytest.raises(CommandError, match="give a duration before now"):
+        call_command("policy_backtest", str(DEMO_POLICIES), "--since", "yesterday")
