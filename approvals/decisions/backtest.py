@@ -51,10 +51,12 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from actions.lib import dispatch
 from actions.lib.audit import audit_record
 from actions.lib.canonical import digest
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent
+from actions.policy.drafts import draft_compile, stored_actions
 from actions.policy.engine import (
     APPROVE,
     REFUSE,
@@ -71,7 +73,7 @@ from actions.policy.reviewers import (
     rules_in_force,
 )
 
-from ..models import Plan, PlanStatus
+from ..models import Plan, PlanStatus, PolicyBacktest
 from .policies import POLICY_PART
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ PROGRESS_PAGES = 20  # how often a run says how far it got
 RATE_CAP = 100_000
 HOUR_US = 3600 * 1_000_000
 DAY_US = 24 * HOUR_US
+# A run whose worker stopped saying how far it got: a redelivered message takes it over.
+STALLED_AFTER = timedelta(minutes=10)
 
 # The ends that count against a draft's approval: the plan went wrong after a yes.
 GONE_WRONG = frozenset(
@@ -638,6 +642,88 @@ def backtest_audit(*, actor: str, report: Mapping[str, Any]) -> None:
                 **backtest_summary(report),
             },
         )
+
+
+# --- the admin's runs: requested on the page, run by a worker ---------------------------------
+
+
+def policy_backtest_request(
+    *, user, draft_text: str, since: datetime, until: datetime, origin: str = "the draft"
+) -> PolicyBacktest:
+    """A backtest of ``draft_text`` (Cedar, the enforce part) over [since, until), to be
+    run by a worker (``approvals.policy_backtest``). DraftRefused when the draft does not
+    hold, with each problem's line, before anything is stored."""
+    compiled = draft_compile([(origin, draft_text)], actions=stored_actions())
+    if since >= until:
+        raise BacktestRefused("the window is empty: since must come before until")
+    with transaction.atomic():
+        backtest = PolicyBacktest.objects.create(
+            created_by=user,
+            draft=draft_text,
+            draft_hash=compiled.hash,
+            since=since,
+            until=until,
+        )
+        dispatch.on_commit(dispatch.POLICY_BACKTEST, backtest.id)
+    return backtest
+
+
+def policy_backtest_execute(*, backtest_id) -> str:
+    """Run a requested backtest (the worker's task): claim it, replay, store the report,
+    audit. Returns what happened: ``done``, ``failed``, or ``taken`` when another run has
+    it (a duplicate message) or it is over."""
+    now = timezone.now()
+    claimed = PolicyBacktest.objects.filter(
+        Q(state=PolicyBacktest.State.QUEUED)
+        | Q(state=PolicyBacktest.State.RUNNING, progress_at__lt=now - STALLED_AFTER),
+        id=backtest_id,
+    ).update(state=PolicyBacktest.State.RUNNING, started_at=now, progress_at=now, plans_read=0)
+    if claimed != 1:
+        # Another worker got there first, or the run is over.
+        return "taken"
+    backtest = PolicyBacktest.objects.select_related("created_by").get(id=backtest_id)
+
+    def progress(pages: int, plans: int, seconds: float) -> None:
+        PolicyBacktest.objects.filter(id=backtest_id).update(
+            plans_read=plans, progress_at=timezone.now()
+        )
+
+    try:
+        compiled = draft_compile([("the draft", backtest.draft)], actions=stored_actions())
+        report = backtest_run(
+            policies=compiled,
+            since=backtest.since,
+            until=backtest.until,
+            progress=progress,
+            source=f"admin, backtest {backtest.id}",
+        )
+    except Exception as exc:  # noqa: BLE001 - the page says it failed, and why
+        log.exception("policy backtest %s failed", backtest_id)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        with transaction.atomic():
+            PolicyBacktest.objects.filter(id=backtest_id).update(
+                state=PolicyBacktest.State.FAILED, finished_at=timezone.now(), error=error
+            )
+            audit_record(
+                kind="policy.backtest",
+                actor=f"user:{backtest.created_by.get_username()}",
+                data={
+                    "draft": backtest.draft_hash,
+                    "since": backtest.since.isoformat(),
+                    "until": backtest.until.isoformat(),
+                    "failed": error[:300],
+                },
+            )
+        return "failed"
+    with transaction.atomic():
+        PolicyBacktest.objects.filter(id=backtest_id).update(
+            state=PolicyBacktest.State.DONE,
+            finished_at=timezone.now(),
+            plans_read=report["totals"]["plans"],
+            report=report,
+        )
+        backtest_audit(actor=f"user:{backtest.created_by.get_username()}", report=report)
+    return "done"
 
 
 # --- the report, for people --------------------------------------------------------------------

@@ -13,6 +13,9 @@ from datetime import timedelta
 
 import pytest
 import yaml
+from celery import current_app
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
@@ -21,7 +24,7 @@ from actions.lib.models import AuditEvent
 from actions.policy.drafts import draft_compile, draft_read, stored_actions
 from approvals.decisions.backtest import RateWindows, backtest_moment, backtest_run
 from approvals.lifecycle import plan_expire, plan_transition
-from approvals.models import Plan, PlanStatus
+from approvals.models import Plan, PlanStatus, PolicyBacktest
 from approvals.services import approval_record, approval_revoke, plan_cancel
 from tests.approvals.test_decision_rules import person
 from tests.conftest import ROOT
@@ -354,3 +357,87 @@ def test_a_malformed_draft_is_refused_with_its_line_and_nothing_is_read(history,
         call_command("policy_backtest", str(tmp_path / "empty"), "--since", "1d")
     with pytest.raises(CommandError, match="give a duration before now"):
         call_command("policy_backtest", str(DEMO_POLICIES), "--since", "yesterday")
+
+
+# --- the admin page ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def eager():
+    """Tasks run in this process (the worker's task, called as the worker calls it)."""
+    saved = current_app.conf.task_always_eager, current_app.conf.task_eager_propagates
+    current_app.conf.task_always_eager, current_app.conf.task_eager_propagates = True, True
+    yield
+    current_app.conf.task_always_eager, current_app.conf.task_eager_propagates = saved
+
+
+@pytest.fixture
+def backtester(db):
+    user = get_user_model().objects.create_user(username="ana", password="pw-ana", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="run_policy_backtest"))
+    return get_user_model().objects.get(pk=user.pk)
+
+
+def test_the_admin_page_runs_a_backtest_in_a_worker_and_shows_the_report(
+    client, history, backtester, eager, django_capture_on_commit_callbacks
+):
+    client.force_login(backtester)
+    assert client.get("/admin/approvals/policybacktest/add/").status_code == 200
+    draft = "\n".join(p.read_text() for p in sorted(DEMO_POLICIES.glob("*.cedar")))
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(
+            "/admin/approvals/policybacktest/add/", {"draft": draft, "since": "1d"}
+        )
+    backtest = PolicyBacktest.objects.get()
+    assert answer.status_code == 302 and answer.url == backtest.get_absolute_url()
+    assert backtest.state == "done" and backtest.plans_read == 11
+    page = client.get(answer.url)
+    html = page.content.decode()
+    assert page.status_code == 200 and 'http-equiv="refresh"' not in html
+    for name in ("denied", "stale", "revoked", "vip_deleted", "invoice"):
+        assert f'href="/plans/{history[name].id}/"' in html
+    assert 'id="approve-disagreements">Would approve what people said no to' in html
+    assert client.get(answer.url + "?format=json").json() == backtest.report
+    event = AuditEvent.objects.get(kind="policy.backtest")
+    assert event.actor == "user:ana" and event.data["draft"] == backtest.draft_hash
+
+
+def test_the_admin_page_refreshes_until_the_worker_is_done(client, history, backtester):
+    client.force_login(backtester)
+    client.post("/admin/approvals/policybacktest/add/", {"draft": ROUTINE_CEDAR, "since": "2d"})
+    backtest = PolicyBacktest.objects.get()
+    assert backtest.state == "queued"  # nothing ran in the request
+    assert 'http-equiv="refresh"' in client.get(backtest.get_absolute_url()).content.decode()
+
+
+def test_the_admin_page_refuses_a_malformed_draft_with_its_line(client, backtester):
+    client.force_login(backtester)
+    answer = client.post(
+        "/admin/approvals/policybacktest/add/",
+        {
+            "draft": '@id("x") @approve\npermit (principal, action == Action::"nope", resource);',
+            "since": "7d",
+        },
+    )
+    assert answer.status_code == 200
+    assert "the draft, line 2: policy x:" in answer.content.decode()
+    assert not PolicyBacktest.objects.exists()
+
+
+def test_only_staff_with_the_permission_may_backtest(client, catalog, reviewer, backtester):
+    client.force_login(reviewer)  # not staff
+    answer = client.get("/admin/approvals/policybacktest/add/")
+    assert answer.status_code == 302 and "/login/" in answer.url
+    reviewer.is_staff = True
+    reviewer.save()
+    assert client.get("/admin/approvals/policybacktest/add/").status_code == 403
+    assert (
+        client.post(
+            "/admin/approvals/policybacktest/add/", {"draft": ROUTINE_CEDAR, "since": "1d"}
+        ).status_code
+        == 403
+    )
+    assert not PolicyBacktest.objects.exists()
+
+
+ROUTINE_CEDAR = (DEMO_POLICIES / "routine-email.cedar").read_text()
