@@ -35,6 +35,7 @@ one day of plans, at most ``RATE_CAP`` per agent and action (docs/policy.md says
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import re
 import time
@@ -53,7 +54,6 @@ from django.utils import timezone
 
 from actions.lib import dispatch
 from actions.lib.audit import audit_record
-from actions.lib.canonical import digest
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent
 from actions.policy.drafts import draft_compile, stored_actions
@@ -78,7 +78,7 @@ from .policies import POLICY_PART
 
 log = logging.getLogger(__name__)
 
-PAGE_SIZE = 500
+PAGE_SIZE = 1000
 MAX_PAGE_SIZE = 5000
 MAX_LISTED = 200  # plans kept in each list of a report: the most recent
 PROGRESS_PAGES = 20  # how often a run says how far it got
@@ -295,8 +295,14 @@ def _approved_by(row: dict) -> str:
     return {"policy": "policy", "session_grant": "grant", "none": "no one"}.get(mode, "people")
 
 
+def _clause_key(clause: Mapping[str, Any]) -> str:
+    # A clause is a small record of strings and counts, already in a canonical order
+    # (requirement_from_clauses): sorted-key JSON names it, for a fraction of a digest.
+    return json.dumps(clause, sort_keys=True, separators=(",", ":"))
+
+
 def _clause_keys(requirement: Mapping[str, Any]) -> set[str]:
-    return {digest(c) for c in requirement.get("all_of") or []}
+    return {_clause_key(c) for c in requirement.get("all_of") or []}
 
 
 class _Requirements:
@@ -306,9 +312,12 @@ class _Requirements:
     for is kept once in the stored requirement; it stays if a rule of the stored one
     (as in force now) asks for it."""
 
+    MEMO = 4096  # requirements repeat across plans: the last few thousand answers kept
+
     def __init__(self) -> None:
         self.rules = {rule["name"]: rule for rule in rules_in_force()}
         self.rule_clauses: dict[str, set[str]] = {}
+        self.memo: dict[str, dict[str, Any]] = {}
 
     def _of_rule(self, name: str) -> set[str]:
         if name not in self.rule_clauses:
@@ -322,6 +331,17 @@ class _Requirements:
     def under_draft(
         self, stored: Mapping[str, Any], recorded: Mapping[str, Any], draft: Mapping[str, Any]
     ) -> dict[str, Any]:
+        key = json.dumps([stored, recorded, draft], sort_keys=True)
+        found = self.memo.get(key)
+        if found is None:
+            if len(self.memo) >= self.MEMO:
+                self.memo.clear()
+            found = self.memo[key] = self._under_draft(stored, recorded, draft)
+        return found
+
+    def _under_draft(
+        self, stored: Mapping[str, Any], recorded: Mapping[str, Any], draft: Mapping[str, Any]
+    ) -> dict[str, Any]:
         rules = [r for r in stored.get("rules") or [] if not r.startswith("policy:")]
         added = _clause_keys(recorded)
         by_rules = set().union(*(self._of_rule(r) for r in rules)) if rules else set()
@@ -330,7 +350,7 @@ class _Requirements:
             "all_of": [
                 c
                 for c in stored.get("all_of") or []
-                if digest(c) not in added or digest(c) in by_rules
+                if _clause_key(c) not in added or _clause_key(c) in by_rules
             ],
         }
         base = requirement_merge(kept) if rules else {}
@@ -368,11 +388,9 @@ class _Run:
 
 
 def _entry(row: dict, names: dict, agents: dict, result: PolicyResult, **extra) -> dict:
-    path = reverse("approvals:plan-detail", args=[row["id"]])
+    """A listed plan (its links are added to the ones a list keeps: ``_linked``)."""
     return {
         "id": str(row["id"]),
-        "url": settings.PUBLIC_URL + path,
-        "path": path,
         "action": names[row["action_id"]],
         "agent": agents[row["agent_id"]][0],
         "target": str((row["target"] or {}).get("path", "")),
@@ -449,12 +467,12 @@ def _tally(run: _Run, row: dict, result: PolicyResult, names, agents, reviewer_e
                         added=sorted(
                             _described({"all_of": [c]})
                             for c in after.get("all_of") or []
-                            if digest(c) not in before_keys
+                            if _clause_key(c) not in before_keys
                         ),
                         removed=sorted(
                             _described({"all_of": [c]})
                             for c in stored.get("all_of") or []
-                            if digest(c) not in after_keys
+                            if _clause_key(c) not in after_keys
                         ),
                         rules_before=list(stored.get("rules") or []),
                         rules_after=list(after.get("rules") or []),
@@ -588,15 +606,15 @@ def _report(run: _Run, *, since, until, pages, page_size, seconds, source) -> di
         "listed_at_most": run.listed,
         "approve_disagreements": {
             "count": run.approve_count,
-            "plans": list(run.approve_listed),
+            "plans": _linked(run.approve_listed),
         },
         "refuse_disagreements": {
             "count": run.refuse_count,
-            "plans": list(run.refuse_listed),
+            "plans": _linked(run.refuse_listed),
         },
         "requirement_changes": {
             "count": run.requirement_count,
-            "plans": list(run.requirement_listed),
+            "plans": _linked(run.requirement_listed),
         },
         "totals": {
             "plans": run.plans,
@@ -614,6 +632,15 @@ def _report(run: _Run, *, since, until, pages, page_size, seconds, source) -> di
             "messages": dict(sorted(run.failure_messages.items())),
         },
     }
+
+
+def _linked(entries) -> list[dict]:
+    """The entries a list kept, each with its page's path and URL."""
+    out = []
+    for entry in entries:
+        path = reverse("approvals:plan-detail", args=[entry["id"]])
+        out.append({"id": entry["id"], "url": settings.PUBLIC_URL + path, "path": path, **entry})
+    return out
 
 
 def backtest_summary(report: Mapping[str, Any]) -> dict[str, Any]:
