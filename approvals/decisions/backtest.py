@@ -697,8 +697,11 @@ def policy_backtest_request(
 
 def policy_backtest_execute(*, backtest_id) -> str:
     """Run a requested backtest (the worker's task): claim it, replay, store the report,
-    audit. Returns what happened: ``done``, ``failed``, or ``taken`` when another run has
-    it (a duplicate message) or it is over."""
+    audit. Returns what happened: ``done`` or ``failed`` (this call ran it); ``busy``
+    when a run of it said how far it got less than STALLED_AFTER ago (a duplicate
+    message, or a message redelivered at once after its worker died: the task looks
+    again later, and takes it over if it has stopped moving); ``over`` when it is done,
+    failed or gone."""
     now = timezone.now()
     claimed = PolicyBacktest.objects.filter(
         Q(state=PolicyBacktest.State.QUEUED)
@@ -707,7 +710,10 @@ def policy_backtest_execute(*, backtest_id) -> str:
     ).update(state=PolicyBacktest.State.RUNNING, started_at=now, progress_at=now, plans_read=0)
     if claimed != 1:
         # Another worker got there first, or the run is over.
-        return "taken"
+        running = PolicyBacktest.objects.filter(
+            id=backtest_id, state=PolicyBacktest.State.RUNNING
+        ).exists()
+        return "busy" if running else "over"
     backtest = PolicyBacktest.objects.select_related("created_by").get(id=backtest_id)
 
     def progress(pages: int, plans: int, seconds: float) -> None:

@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 import yaml
 from celery import current_app
+from celery.exceptions import Retry
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
@@ -22,7 +23,15 @@ from django.utils import timezone
 from actions.lib.actors import EXECUTOR, SWEEPER
 from actions.lib.models import AuditEvent
 from actions.policy.drafts import draft_compile, draft_read, stored_actions
-from approvals.decisions.backtest import RateWindows, backtest_moment, backtest_run
+from approvals.decisions.backtest import (
+    BacktestRefused,
+    RateWindows,
+    backtest_moment,
+    backtest_run,
+    backtest_window,
+    policy_backtest_execute,
+    policy_backtest_request,
+)
 from approvals.lifecycle import plan_expire, plan_transition
 from approvals.models import Plan, PlanStatus, PolicyBacktest
 from approvals.services import approval_record, approval_revoke, plan_cancel
@@ -441,3 +450,81 @@ def test_only_staff_with_the_permission_may_backtest(client, catalog, reviewer, 
 
 
 ROUTINE_CEDAR = (DEMO_POLICIES / "routine-email.cedar").read_text()
+
+
+# --- the worker's run ----------------------------------------------------------------------------
+
+
+def _requested(user) -> PolicyBacktest:
+    now = timezone.now()
+    return policy_backtest_request(
+        user=user, draft_text=ROUTINE_CEDAR, since=now - timedelta(days=1), until=now
+    )
+
+
+def test_a_duplicate_message_runs_a_backtest_once(history, backtester):
+    backtest = _requested(backtester)
+    assert policy_backtest_execute(backtest_id=backtest.id) == "done"
+    assert policy_backtest_execute(backtest_id=backtest.id) == "over"
+    assert AuditEvent.objects.filter(kind="policy.backtest").count() == 1
+    backtest.refresh_from_db()
+    assert backtest.report["totals"]["plans"] == 11 and backtest.plans_read == 11
+
+
+def test_a_run_whose_worker_stopped_is_taken_over_by_the_next_message(history, backtester):
+    backtest = _requested(backtester)
+    long_ago = timezone.now() - timedelta(hours=1)
+    PolicyBacktest.objects.filter(id=backtest.id).update(state="running", progress_at=long_ago)
+    assert policy_backtest_execute(backtest_id=backtest.id) == "done"
+    PolicyBacktest.objects.filter(id=backtest.id).update(
+        state="running", progress_at=timezone.now()
+    )
+    assert policy_backtest_execute(backtest_id=backtest.id) == "busy"  # still moving
+
+
+def test_the_task_looks_again_later_at_a_run_that_is_still_moving(history, backtester, eager):
+    from approvals.tasks import policy_backtest_task
+
+    backtest = _requested(backtester)
+    PolicyBacktest.objects.filter(id=backtest.id).update(
+        state="running", progress_at=timezone.now()
+    )
+    with pytest.raises(Retry) as info:
+        policy_backtest_task.apply(args=[str(backtest.id)], throw=True)
+    assert info.value.when == 600  # STALLED_AFTER: it is taken over if it stopped
+    PolicyBacktest.objects.filter(id=backtest.id).update(state="queued")
+    assert policy_backtest_task.apply(args=[str(backtest.id)], throw=True).get() == "done"
+
+
+def test_a_run_that_fails_says_why_on_its_page_and_in_the_trail(
+    history, backtester, client, monkeypatch
+):
+    backtest = _requested(backtester)
+
+    def broken(**kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr("approvals.decisions.backtest.backtest_run", broken)
+    assert policy_backtest_execute(backtest_id=backtest.id) == "failed"
+    backtest.refresh_from_db()
+    assert backtest.state == "failed" and "the database went away" in backtest.error
+    event = AuditEvent.objects.get(kind="policy.backtest")
+    assert event.data["failed"] == "RuntimeError: the database went away"
+    client.force_login(backtester)
+    assert "The run failed" in client.get(backtest.get_absolute_url()).content.decode()
+
+
+def test_the_window_is_read_as_people_write_it():
+    now = timezone.now()
+    assert backtest_moment("30d", now=now) == now - timedelta(days=30)
+    assert backtest_moment("12h", now=now) == now - timedelta(hours=12)
+    assert backtest_moment("90m", now=now) == now - timedelta(minutes=90)
+    assert backtest_moment("2w", now=now) == now - timedelta(weeks=2)
+    assert backtest_moment("2026-11-01T08:00:00+00:00", now=now).hour == 8
+    day = backtest_moment("2026-11-01", now=now)
+    assert (day.year, day.month, day.day, day.hour) == (2026, 11, 1, 0)
+    for text in ("yesterday", "2026-11-01T08:00:00", "-3d"):
+        with pytest.raises(BacktestRefused):
+            backtest_moment(text, now=now)
+    with pytest.raises(BacktestRefused, match="the window is empty"):
+        backtest_window("1d", "2d", now=now)
