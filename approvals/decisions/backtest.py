@@ -74,7 +74,7 @@ from actions.policy.reviewers import (
 )
 
 from ..models import Plan, PlanStatus, PolicyBacktest
-from .policies import POLICY_PART
+from .policies import POLICY_PART, RATE_CAP
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,6 @@ PAGE_SIZE = 1000
 MAX_PAGE_SIZE = 5000
 MAX_LISTED = 200  # plans kept in each list of a report: the most recent
 PROGRESS_PAGES = 20  # how often a run says how far it got
-# The same bound as the submission's count (decisions/policies.py: agent_rate).
-RATE_CAP = 100_000
 HOUR_US = 3600 * 1_000_000
 DAY_US = 24 * HOUR_US
 # A run whose worker stopped saying how far it got: a redelivered message takes it over.

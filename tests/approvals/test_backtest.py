@@ -32,6 +32,7 @@ from approvals.decisions.backtest import (
     policy_backtest_execute,
     policy_backtest_request,
 )
+from approvals.decisions.policies import agent_rate
 from approvals.lifecycle import plan_expire, plan_transition
 from approvals.models import Plan, PlanStatus, PolicyBacktest
 from approvals.services import approval_record, approval_revoke, plan_cancel
@@ -264,6 +265,27 @@ def test_rates_are_counted_from_history_including_the_day_before_the_window(
         "none -> review": 1,
         "review -> refuse": 1,
     }
+
+
+def test_the_backtest_counts_a_rate_as_the_submission_does(make_plan, agent, catalog):
+    """The rate counted from history (RateWindows) and the one a submission counts
+    (agent_rate) agree, plan after plan, over a day and a half of an agent's plans."""
+    t = timezone.now() - timedelta(days=3)
+    minutes = [0, 5, 5, 40, 59, 60, 61, 130, 600, 1439, 1440, 1441, 1500, 2000]
+    plans = [make_plan(input=elsewhere(i)) for i in range(len(minutes))]
+    for plan, minute in zip(plans, minutes, strict=True):
+        _at(plan, t + timedelta(minutes=minute))
+    windows = RateWindows()
+    key = (agent.pk, plans[0].action_id)
+    for plan in sorted((fresh(p) for p in plans), key=lambda p: (p.created_at, p.id)):
+        at = int(plan.created_at.timestamp() * 1_000_000)
+        counted = windows.count(key, at)
+        windows.add(key, at)
+        submitted = agent_rate(agent_id=agent.pk, action_id=plan.action_id, now=plan.created_at)
+        assert counted == submitted, plan.created_at - t
+    assert agent_rate(
+        agent_id=agent.pk, action_id=plans[0].action_id, now=t + timedelta(minutes=61)
+    ) == (5, 6)  # 5, 5, 40, 59 and 60 in the hour, 0 too in the day; 61 not yet
 
 
 def test_a_rate_window_holds_one_day_and_forgets_the_rest():
