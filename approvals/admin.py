@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from pathlib import PurePath
 
 from django import forms
@@ -273,9 +274,12 @@ class PolicyBacktestAdmin(admin.ModelAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         if not self.has_view_permission(request):
             raise PermissionDenied
-        backtest = PolicyBacktest.objects.select_related("created_by").filter(pk=object_id).first()
-        if backtest is None:
-            raise Http404("no such backtest")
+        try:
+            backtest = PolicyBacktest.objects.select_related("created_by").get(
+                pk=uuid.UUID(str(object_id))
+            )
+        except (ValueError, PolicyBacktest.DoesNotExist):
+            raise Http404("no such backtest") from None
         if request.GET.get("format") == "json":
             return JsonResponse(backtest.report, json_dumps_params={"indent": 1})
         running = backtest.state in (PolicyBacktest.State.QUEUED, PolicyBacktest.State.RUNNING)

@@ -429,6 +429,7 @@ def test_the_admin_page_runs_a_backtest_in_a_worker_and_shows_the_report(
         assert f'href="/plans/{history[name].id}/"' in html
     assert 'id="approve-disagreements">Would approve what people said no to' in html
     assert client.get(answer.url + "?format=json").json() == backtest.report
+    assert client.get("/admin/approvals/policybacktest/nope/change/").status_code == 404
     event = AuditEvent.objects.get(kind="policy.backtest")
     assert event.actor == "user:ana" and event.data["draft"] == backtest.draft_hash
 
