@@ -513,9 +513,9 @@ instead) and one per Celery worker process.
 credential, compute the preview and fingerprint, store plan and audit event) against the
 **baseline endpoint** in the same server (`bench/baseline.py`, mounted only with
 `COUNTERSIGN_BENCH=1` and never in production): parse the body, one GET of the contact
-over a kept-alive connection, one INSERT. {b1["concurrency"]} concurrent clients, two
-alternating rounds of {b1["seconds"] / 2:g} s per endpoint after a warm-up; {sizes["b1_contacts"]}
-contacts in rotation.
+over a kept-alive connection, one INSERT. {b1["concurrency"]} concurrent clients,
+{b1.get("alternations", 2)} alternating rounds of {b1["seconds"] / b1.get("alternations", 2):g}
+s per endpoint after a warm-up; {sizes["b1_contacts"]} contacts in rotation.
 
 {
                 table(
@@ -919,7 +919,8 @@ someone active can decide it and records the group. The one-rule round asks the 
 the same plans, without the 200: against it, the 200 rules ran at
 **{fmt(b1["rules_ratio"], 2)}** and the 200 policies at **{fmt(b1["policies_ratio"], 2)}**
 (budget ≥ {BUDGET_B1_LOADED_RATIO}). Against plain B1: {fmt(b1["rules_ratio_plain"], 2)} and
-{fmt(b1["policies_ratio_plain"], 2)}; the one rule alone, {fmt(b1["required_ratio"], 2)}."""
+{fmt(b1["policies_ratio_plain"], 2)}; the one rule alone, {fmt(b1["required_ratio"], 2)}.
+{_round_ratios(b1)}"""
     evaluation = b1.get("policy_evaluation")
     if evaluation:
         sets = [k for k in evaluation if isinstance(evaluation[k], dict)]
@@ -958,6 +959,28 @@ within the contact's domain, one in ten a VIP), one plan at a time; and
             )
         }"""
     return text
+
+
+def _round_ratios(b1: dict) -> str:
+    """The same ratios round by round (one round of each, in turn), when recorded: how
+    far the machine's drift moves them."""
+    rounds = {
+        k: b1[k].get("rounds_per_second")
+        for k in ("submit_required", "submit_rules", "submit_policies")
+    }
+    if not all(rounds.values()):
+        return ""
+    pairs = {
+        what: [
+            fmt(x / y, 2) if y else "–"
+            for x, y in zip(rounds[key], rounds["submit_required"], strict=False)
+        ]
+        for key, what in (("submit_rules", "rules"), ("submit_policies", "policies"))
+    }
+    return (
+        f"Round by round, against the one-rule round just before: rules "
+        f"{', '.join(pairs['rules'])}; policies {', '.join(pairs['policies'])}."
+    )
 
 
 def _b8_text(b8: dict) -> str:

@@ -89,7 +89,8 @@ TERMINAL = {
 
 @dataclass
 class Sizes:
-    b1_seconds: float = 20.0  # per endpoint, split in two alternating rounds
+    b1_seconds: float = 20.0  # per endpoint, split in b1_alternations alternating rounds
+    b1_alternations: int = 4
     b1_concurrency: int = 8
     b1_contacts: int = 2500  # one per plan where B1 is slow enough; its plans are reused
     b2_plans: int = 200
@@ -111,6 +112,7 @@ class Sizes:
 
 QUICK = Sizes(
     b1_seconds=6.0,
+    b1_alternations=2,
     b1_concurrency=6,
     b1_contacts=400,
     b2_plans=40,
@@ -579,7 +581,7 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
     # reviewer is one, so the plans can be decided (and are not refused up front).
     d.reviewer.groups.add(Group.objects.get_or_create(name=GROUP)[0])
     offsets = {name: 0 for name, _, _ in B1_ROUNDS}
-    half = sizes.b1_seconds / 2
+    half = sizes.b1_seconds / sizes.b1_alternations
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in B1_ROUNDS}
     applied: dict[str, dict] = {}
     samples: list[int] = []
@@ -596,7 +598,7 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
     lags = lag_context.__enter__()  # left in the finally below, with the sampler
     try:
         # Alternate, so drift on a shared machine hits every round alike.
-        for name, path, extra in B1_ROUNDS * 2:
+        for name, path, extra in B1_ROUNDS * sizes.b1_alternations:
             if extra:
                 b1_extra(d, extra)
             say(f"B1 {name} {half:g} s x{sizes.b1_concurrency}")
@@ -645,7 +647,11 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
         stop.set()
         sampler.join()
         lag_context.__exit__(None, None, None)
-    out = {"concurrency": sizes.b1_concurrency, "seconds": sizes.b1_seconds}
+    out = {
+        "concurrency": sizes.b1_concurrency,
+        "seconds": sizes.b1_seconds,
+        "alternations": sizes.b1_alternations,
+    }
     for name, parts in runs.items():
         latencies = [x for p in parts for x in p["latencies"]]
         count = sum(p["count"] for p in parts)
@@ -657,6 +663,10 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
         out[name] = {
             "count": count,
             "per_second": count / elapsed if elapsed else 0.0,
+            # Each round's own rate: how much the machine drifted from one to the next.
+            "rounds_per_second": [
+                p["count"] / p["elapsed"] if p["elapsed"] else 0.0 for p in parts
+            ],
             "errors": errors,
             "latency_ms": summary(latencies),
             # Cores the web processes kept busy, and the share of the whole machine's
