@@ -255,8 +255,8 @@ PostgreSQL and Redis — driven by a load generator in a process of its own
 against a **baseline measured in the same run**, and the budgets are ratios where the
 issue allows.
 
-Regenerate with `make bench` (about ten minutes; `make bench BENCH_ARGS=--quick` for a
-short run, `BENCH_HISTORY=100000` for a smaller B4 history). A scratch database next to
+Regenerate with `make bench` (about a quarter of an hour; `make bench BENCH_ARGS=--quick`
+for a short run, `BENCH_HISTORY=100000` for a smaller B4 history). A scratch database next to
 `DATABASE_URL` is created and dropped; Redis is `BENCH_REDIS_URL` (default DB 12) with a
 queue of the run's own. The harness is `bench/run.py`, this page `bench/report.py`
 (`.venv/bin/python bench/report.py` rewrites it from `docs/benchmarks/results.json`).{quick}

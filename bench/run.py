@@ -25,7 +25,8 @@ second, B8 a policy backtest over stored history (see docs/benchmarks.md). B1 al
 the policy engine in this process; B1, B5 and B7 sample how long audit events wait to
 be sealed.
 
-``--quick`` is a short run for development; the full run takes about ten minutes.
+``--quick`` is a short run for development; the full run takes about a quarter of an
+hour.
 """
 
 from __future__ import annotations
