@@ -412,10 +412,14 @@ def plan_submit(
     ``plan.repeated``): the JSON API and the MCP tools share the rule. Once that plan is
     decided, expired or withdrawn, the same proposal makes a new plan.
 
-    Nothing reviewable is stored unless the preview succeeded. If an active session
-    grant covers the plan (approvals.grants), the fingerprinted policy names the grant
-    and the plan is approved by it in the same transaction; otherwise it awaits a
-    person, and the reviewer groups are notified once it is committed.
+    Nothing reviewable is stored unless the preview succeeded. The catalog's policies
+    are evaluated over it (approvals/decisions/policies.py): a forbid refuses it before
+    it is stored; an @approve approves it in the same transaction with no person. If
+    instead an active session grant covers the plan (approvals.grants), the
+    fingerprinted policy names the grant and the plan is approved by it; otherwise it
+    awaits a person, and the groups that can decide it are notified once it is
+    committed. ``use_grants=False`` (a reviewer's revision) sends it to a person
+    whatever a grant or a policy would say.
 
     ``requester``: the person the agent acts for (approvals/identity/requester.py, already
     verified), stored on the plan and fingerprinted; None for the agent alone. A grant
@@ -535,7 +539,10 @@ def _plan_submit(
                 else None
             )
             by_policy = (
-                evaluated.result is not None
+                # A reviewer's revision (use_grants=False) goes to a person: someone is
+                # looking at it, as for a grant.
+                use_grants
+                and evaluated.result is not None
                 and evaluated.result.outcome == POLICY_APPROVE
                 and spec.approval.mode != "none"
                 # An action that wants a person's signature on every approval is approved
@@ -1191,7 +1198,8 @@ def _plan_revise(*, original: Plan, reviewer, input: dict[str, Any], why: str) -
         action_name=original.action.name,
         input=input,
         reason=original.reason,
-        # A reviewer is looking at this plan: it goes to a person, not to a grant.
+        # A reviewer is looking at this plan: it goes to a person, not to a grant or a
+        # policy's approval.
         use_grants=False,
         # Still for the same person (and so never theirs to approve).
         requester=original.requester,

@@ -228,8 +228,11 @@ def policies_compile(
     )
 
 
-def policies_broken(*, enforce: str, shadow: str, version: int, problem: str) -> CompiledPolicies:
-    """A set in force that no longer holds: every evaluation is an error (a review)."""
+def policies_uncompiled(
+    *, enforce: str, shadow: str, version: int, problem: str = ""
+) -> CompiledPolicies:
+    """A set with nothing to evaluate: no policy at all (``problem`` empty), or a set in
+    force that no longer holds (every evaluation is then an error, so a review)."""
     return CompiledPolicies(
         version=version,
         hash=set_hash(enforce, shadow),
@@ -241,6 +244,11 @@ def policies_broken(*, enforce: str, shadow: str, version: int, problem: str) ->
         sets={},
         problem=problem,
     )
+
+
+def policies_broken(*, enforce: str, shadow: str, version: int, problem: str) -> CompiledPolicies:
+    """A set in force that no longer holds: every evaluation is an error (a review)."""
+    return policies_uncompiled(enforce=enforce, shadow=shadow, version=version, problem=problem)
 
 
 def _compile(

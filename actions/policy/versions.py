@@ -22,7 +22,13 @@ from django.db import transaction
 from ..cache import cached
 from ..lib.audit import audit_record
 from ..models import Action, PolicyVersion
-from .engine import CompiledPolicies, PolicySetInvalid, policies_broken, policies_compile
+from .engine import (
+    CompiledPolicies,
+    PolicySetInvalid,
+    policies_broken,
+    policies_compile,
+    policies_uncompiled,
+)
 from .sources import ENFORCE, SHADOW, policy_ids, set_hash
 
 MAX_DIFF_LINES = 400
@@ -114,16 +120,7 @@ def _compile_in_force() -> CompiledPolicies:
     if not enforce.strip() and not shadow.strip():
         # No policy: nothing to type, so the catalog's actions are not read (a catalog of
         # hundreds of imported actions would be typed on every generation for nothing).
-        return CompiledPolicies(
-            version=number,
-            hash=set_hash(enforce, shadow),
-            enforce_text=enforce,
-            shadow_text=shadow,
-            types={},
-            schema=None,
-            policies={},
-            sets={},
-        )
+        return policies_uncompiled(enforce=enforce, shadow=shadow, version=number)
     try:
         return policies_compile(
             enforce=enforce, shadow=shadow, actions=_stored_actions(), version=number

@@ -305,3 +305,15 @@ def test_no_policies_no_change_to_the_fingerprint(make_plan, catalog):
     assert "policies" not in plan.policy and plan.shadow == {}
     assert json.loads(plan.canonical)["policy"] == plan.policy
     assert Group.objects.filter(name="billing-approvers").count() == 0
+
+
+def test_a_reviewers_revision_goes_to_a_person_even_if_a_policy_would_approve(
+    make_plan, demo_policies, reviewer
+):
+    from approvals.services import plan_edit
+
+    plan = make_plan(input=ELSEWHERE)
+    revision = plan_edit(plan_id=plan.id, reviewer=reviewer, input=ROUTINE)
+    assert revision.status == PlanStatus.AWAITING_APPROVAL
+    assert revision.policy["mode"] == "per_call"
+    assert revision.policy["policies"]["outcome"] == "approve"  # what the policies said
