@@ -127,6 +127,7 @@ FIELDS = (
     "changes",
     "requester",
     "policy",
+    "revision_of_id",
 )
 
 
@@ -408,9 +409,10 @@ def _tally(run: _Run, row: dict, result: PolicyResult, names, agents, reviewer_e
     policy = row["policy"] or {}
     recorded = policy.get(POLICY_PART) or {}
     outcome = result.outcome
-    if outcome == APPROVE and policy.get("signed_approval"):
-        # The submission sends a plan whose action wants signed approvals to people,
-        # whatever a policy says (services._plan_submit).
+    if outcome == APPROVE and (policy.get("signed_approval") or row["revision_of_id"]):
+        # The submission sends to people, whatever a policy says, a plan whose action
+        # wants signed approvals, and a reviewer's revision (someone is looking at it):
+        # services._plan_submit.
         outcome = REVIEW
     by = _approved_by(row)
     run.plans += 1

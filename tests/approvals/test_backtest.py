@@ -201,6 +201,20 @@ def test_a_list_keeps_its_most_recent_plans_and_counts_them_all(history):
     assert listed(report, "approve_disagreements") == ids
 
 
+def test_a_reviewers_revision_goes_to_people_whatever_the_draft_says(make_plan, catalog, reviewer):
+    from approvals.services import plan_edit
+
+    original = make_plan(input=elsewhere(1))
+    revision = plan_edit(plan_id=original.id, reviewer=reviewer, input=routine(1))
+    deny(revision, reviewer)
+    report = report_of(draft_read([DEMO_POLICIES]))
+    # routine-email approves the revision's change, but a revision is a person's to
+    # decide: the draft would not have approved it, so its denial is no disagreement.
+    assert report["approve_disagreements"]["count"] == 0
+    assert report["totals"]["draft"] == {"approve": 0, "review": 2, "refuse": 0}
+    assert report["totals"]["cancelled_by_reviewer"] == 1  # the original, replaced
+
+
 def test_the_requester_the_plan_was_for_is_put_to_the_draft(make_plan, catalog, reviewer):
     for_staff = deny(make_plan(input=elsewhere(1), requester=STAFF), reviewer)
     deny(make_plan(input=elsewhere(2)), reviewer)
