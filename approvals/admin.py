@@ -1,14 +1,31 @@
 from __future__ import annotations
 
+import uuid
+from pathlib import PurePath
+
 from django import forms
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseRedirect, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from actions.admin import ReadOnlyAdmin
 from actions.lib.models import AuditEvent
+from actions.policy.drafts import DraftRefused
+from actions.policy.sources import MAX_TEXT_CHARS
 
+from .decisions.backtest import BacktestRefused, backtest_window, policy_backtest_request
 from .identity.passkeys import passkey_revoke
-from .models import NotificationTarget, OidcIdentity, Passkey, Plan, SessionGrant
+from .models import (
+    NotificationTarget,
+    OidcIdentity,
+    Passkey,
+    Plan,
+    PolicyBacktest,
+    SessionGrant,
+)
 
 
 @admin.register(Plan)
@@ -135,3 +152,144 @@ class OidcIdentityAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+# --- policy backtests ----------------------------------------------------------------
+
+
+def _may_backtest(user) -> bool:
+    """Staff with the permission (superusers have every permission)."""
+    return bool(user.is_active and user.is_staff and user.has_perm("approvals.run_policy_backtest"))
+
+
+class PolicyBacktestForm(forms.Form):
+    draft = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 18, "cols": 100, "spellcheck": "false"}),
+        help_text="Cedar: the policies to try, as the enforce part of a policy set.",
+    )
+    file = forms.FileField(required=False, help_text="Or a .cedar file (instead of the text).")
+    since = forms.CharField(
+        initial="30d",
+        max_length=40,
+        help_text="From when: 7d, 12h, 90m, 2w before now, a date (2026-11-01) or a date and "
+        "time with its offset.",
+    )
+    until = forms.CharField(
+        required=False, max_length=40, help_text="Until when, in the same forms (empty: now)."
+    )
+
+    def clean(self):
+        data = super().clean()
+        upload = data.get("file")
+        if upload is not None:
+            if upload.size > MAX_TEXT_CHARS:
+                self.add_error("file", f"at most {MAX_TEXT_CHARS // 1024} KiB")
+                return data
+            try:
+                data["text"] = upload.read().decode("utf-8")
+            except UnicodeDecodeError:
+                self.add_error("file", "not UTF-8 text")
+                return data
+            data["origin"] = PurePath(upload.name).name[:200]
+        else:
+            data["text"] = data.get("draft") or ""
+            data["origin"] = "the draft"
+        if not data["text"].strip():
+            self.add_error("draft", "Paste the policies, or choose a .cedar file.")
+        if data.get("since"):
+            try:
+                data["window"] = backtest_window(data["since"], data.get("until") or "")
+            except BacktestRefused as exc:
+                self.add_error("since", str(exc))
+        return data
+
+
+@admin.register(PolicyBacktest)
+class PolicyBacktestAdmin(admin.ModelAdmin):
+    """Replay a draft policy set over the stored plans (approvals/decisions/backtest.py):
+    the page takes the draft and the window, a worker runs it (never the request), and
+    the report lists the plans where the draft and people disagree. Staff with
+    ``approvals.run_policy_backtest`` only; each run is audited (``policy.backtest``)."""
+
+    list_display = ["created_at", "created_by", "hash_short", "since", "until", "state"]
+    list_display_links = ["created_at"]
+    list_filter = ["state"]
+    list_select_related = ["created_by"]
+    list_per_page = 50
+
+    def has_module_permission(self, request):
+        return _may_backtest(request.user)
+
+    def has_view_permission(self, request, obj=None):
+        return _may_backtest(request.user)
+
+    def has_add_permission(self, request):
+        return _may_backtest(request.user)
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="draft")
+    def hash_short(self, obj: PolicyBacktest) -> str:
+        return obj.draft_hash[:12]
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        problems: list[str] = []
+        if request.method == "POST":
+            form = PolicyBacktestForm(request.POST, request.FILES)
+            if form.is_valid():
+                since, until = form.cleaned_data["window"]
+                try:
+                    backtest = policy_backtest_request(
+                        user=request.user,
+                        draft_text=form.cleaned_data["text"],
+                        since=since,
+                        until=until,
+                        origin=form.cleaned_data["origin"],
+                    )
+                except DraftRefused as exc:
+                    problems = [exc.heading, *exc.problems]
+                except BacktestRefused as exc:
+                    problems = [str(exc)]
+                else:
+                    return HttpResponseRedirect(backtest.get_absolute_url())
+        else:
+            form = PolicyBacktestForm()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Backtest a draft policy set",
+            "form": form,
+            "problems": problems,
+            "changelist_url": reverse("admin:approvals_policybacktest_changelist"),
+        }
+        return TemplateResponse(request, "admin/approvals/policybacktest/run.html", context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            backtest = PolicyBacktest.objects.select_related("created_by").get(
+                pk=uuid.UUID(str(object_id))
+            )
+        except (ValueError, PolicyBacktest.DoesNotExist):
+            raise Http404("no such backtest") from None
+        if request.GET.get("format") == "json":
+            return JsonResponse(backtest.report, json_dumps_params={"indent": 1})
+        running = backtest.state in (PolicyBacktest.State.QUEUED, PolicyBacktest.State.RUNNING)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Backtest {backtest.draft_hash[:12]}",
+            "backtest": backtest,
+            "report": backtest.report or None,
+            "running": running,
+            "changelist_url": reverse("admin:approvals_policybacktest_changelist"),
+        }
+        return TemplateResponse(request, "admin/approvals/policybacktest/report.html", context)

@@ -654,3 +654,58 @@ class OidcIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.issuer}"
+
+
+class PolicyBacktest(models.Model):
+    """One replay of a draft policy set over the stored plans, asked for on the admin's
+    backtest page (approvals/decisions/backtest.py): who asked, the draft (its text and
+    hash) and the window, then the run's progress and its report.
+
+    A run reads every plan of its window, so it runs in a worker, never in the request;
+    the worker claims the row (queued → running) with a conditional UPDATE and writes its
+    progress here as it goes, so the page can follow it. The report is bounded: totals,
+    and at most ``backtest.MAX_LISTED`` plans in each of its lists."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    # The draft as given (Cedar, the enforce part) and the hash of the set it makes.
+    draft = models.TextField()
+    draft_hash = models.CharField(max_length=64)
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
+    started_at = models.DateTimeField(null=True, blank=True)
+    # Written every few pages by the run: how far it got, and when it last said so (a
+    # run whose worker died stops moving; a redelivered message may take it over).
+    progress_at = models.DateTimeField(null=True, blank=True)
+    plans_read = models.PositiveIntegerField(default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=["queued", "running", "done", "failed"]),
+                name="policy_backtest_state_valid",
+            ),
+        ]
+        permissions = [
+            ("run_policy_backtest", "Can replay a draft policy set over the stored plans"),
+        ]
+
+    def __str__(self) -> str:
+        return f"backtest {self.draft_hash[:12]} ({self.state})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("admin:approvals_policybacktest_change", args=[self.id])

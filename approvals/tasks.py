@@ -1,4 +1,5 @@
-"""Celery tasks for reviewers' notifications: ids in, a service call out.
+"""Celery tasks for reviewers' notifications and the admin's policy backtests: ids in,
+a service call out.
 
 Enqueued by name (actions/lib/dispatch.py) after the plan's transaction commits; a
 broker that is down costs a notification (logged), never a submission.
@@ -13,6 +14,7 @@ from django.conf import settings
 
 from actions.lib import dispatch
 
+from .decisions.backtest import STALLED_AFTER, policy_backtest_execute
 from .notifications import NoticeEvent, notifications_plan, webhook_deliver
 
 log = logging.getLogger(__name__)
@@ -57,3 +59,16 @@ def _deliver(task, target_id: int, plan_id: str, event: NoticeEvent) -> str:
         return "gave-up"
     countdown = WEBHOOK_BACKOFF[min(task.request.retries, len(WEBHOOK_BACKOFF) - 1)]
     raise task.retry(countdown=countdown, max_retries=None)
+
+
+@shared_task(name=dispatch.POLICY_BACKTEST, bind=True, acks_late=True, ignore_result=True)
+def policy_backtest_task(self, backtest_id: str) -> str:
+    # Reads the window's plans page by page (bounded memory); under a minute for 100,000
+    # plans on one worker process (docs/benchmarks.md, B8), which executes nothing
+    # meanwhile.
+    outcome = policy_backtest_execute(backtest_id=backtest_id)
+    if outcome == "busy":
+        # Another run of it is moving, or was when its worker died: look again once it
+        # would count as stopped, and take it over then if it has.
+        raise self.retry(countdown=STALLED_AFTER.total_seconds(), max_retries=None)
+    return outcome

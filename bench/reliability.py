@@ -34,7 +34,12 @@ def rewrap(text: str, width: int = 88) -> str:
         blocks.append(
             "\n".join(
                 textwrap.fill(
-                    " ".join(words), width, subsequent_indent="  " * words[0].startswith("- ")
+                    " ".join(words),
+                    width,
+                    subsequent_indent="  " * words[0].startswith("- "),
+                    # Names like bench-blue-0 or blue-desk-4 stay whole.
+                    break_on_hyphens=False,
+                    break_long_words=False,
                 )
                 for words in items
             )

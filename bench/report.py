@@ -28,6 +28,10 @@ BUDGET_B5_BURST_P50_MS = 1000.0  # a burst of 1,000 (issue 18)
 BUDGET_B1_OF_FLOOR = 0.10
 BUDGET_B7_PER_SECOND = 300.0
 BUDGET_SEAL_LAG_S = 2.0
+BUDGET_B1_LOADED_RATIO = 0.9  # 200 decision rules (issue 28), 200 policies (issue 29)
+BUDGET_POLICY_P50_MS = 1.0  # issue 29
+BUDGET_B8_SECONDS = 60.0  # a backtest over 100,000 stored plans (issue 29)
+BUDGET_B8_RSS_RATIO = 1.2  # peak memory at the largest history against the smallest
 
 
 def percentiles(label: str, stats: dict) -> list[str]:
@@ -218,6 +222,27 @@ def markdown(r: dict, images: dict[str, str]) -> str:
         if r.get("quick")
         else ""
     )
+    earlier = sorted(
+        {
+            (x.get("measured"), bool(x.get("measured_quick")))
+            for k, x in r.items()
+            if k.startswith("B") and isinstance(x, dict) and x.get("measured")
+        }
+        - {(r["when"], bool(r.get("quick")))}
+    )
+    for when, was_quick in earlier:
+        names = [
+            k
+            for k, x in r.items()
+            if k.startswith("B")
+            and isinstance(x, dict)
+            and (x.get("measured"), bool(x.get("measured_quick"))) == (when, was_quick)
+        ]
+        quick += (
+            f"\n\n> {', '.join(names)}: measured in the run of {when}"
+            f"{' (a quick run)' if was_quick else ''}; this run (`--only`) measured the "
+            "others.\n"
+        )
     parts.append(
         f"""# Benchmarks
 
@@ -230,8 +255,8 @@ PostgreSQL and Redis — driven by a load generator in a process of its own
 against a **baseline measured in the same run**, and the budgets are ratios where the
 issue allows.
 
-Regenerate with `make bench` (about ten minutes; `make bench BENCH_ARGS=--quick` for a
-short run, `BENCH_HISTORY=100000` for a smaller B4 history). A scratch database next to
+Regenerate with `make bench` (about a quarter of an hour; `make bench BENCH_ARGS=--quick`
+for a short run, `BENCH_HISTORY=100000` for a smaller B4 history). A scratch database next to
 `DATABASE_URL` is created and dropped; Redis is `BENCH_REDIS_URL` (default DB 12) with a
 queue of the run's own. The harness is `bench/run.py`, this page `bench/report.py`
 (`.venv/bin/python bench/report.py` rewrites it from `docs/benchmarks/results.json`).{quick}
@@ -343,6 +368,54 @@ instead) and one per Celery worker process.
                 verdict(b1["submit"]["per_second"] >= BUDGET_B1_PER_SECOND),
             ]
         )
+    if b1 and "rules_ratio" in b1:
+        for key, what in (("rules", "200 decision rules"), ("policies", "200 policies")):
+            ratio = b1[f"{key}_ratio"]
+            rows.append(
+                [
+                    f"B1 with {what}",
+                    f"{fmt(b1[f'submit_{key}']['per_second'])} plans/s",
+                    f"{fmt(b1['submit_required']['per_second'])} plans/s without them (the "
+                    f"same requirement from one rule); {fmt(b1['submit']['per_second'])} "
+                    "plans/s plain",
+                    f"{fmt(ratio, 2)} ({fmt(b1[f'{key}_ratio_plain'], 2)} against plain)",
+                    f"ratio ≥ {BUDGET_B1_LOADED_RATIO}",
+                    verdict(ratio >= BUDGET_B1_LOADED_RATIO),
+                ]
+            )
+    evaluation = (b1 or {}).get("policy_evaluation")
+    if evaluation:
+        sets = [k for k in evaluation if isinstance(evaluation[k], dict)]
+        rows.append(
+            [
+                "policy evaluation, per plan",
+                "; ".join(
+                    f"{evaluation[k]['policies']} policies: p50 "
+                    f"{fmt(evaluation[k]['ms']['p50'], 3)} ms, p90 "
+                    f"{fmt(evaluation[k]['ms']['p90'], 3)} ms"
+                    for k in sets
+                ),
+                "–",
+                "–",
+                f"p50 ≤ {BUDGET_POLICY_P50_MS:g} ms",
+                verdict(all(evaluation[k]["ms"]["p50"] <= BUDGET_POLICY_P50_MS for k in sets)),
+            ]
+        )
+    b8 = r.get("B8")
+    if b8:
+        small, large = b8["runs"][0], b8["runs"][-1]
+        rows.append(
+            [
+                f"B8 backtest over {large['plans']:,} plans",
+                f"{fmt(large['seconds'])} s, peak RSS {mb(large['peak_rss_kb'])}",
+                f"{small['plans']:,} plans: {fmt(small['seconds'])} s, {mb(small['peak_rss_kb'])}",
+                fmt(b8["rss_ratio"], 2),
+                f"≤ {BUDGET_B8_SECONDS:g} s; memory ratio ≤ {BUDGET_B8_RSS_RATIO:g}",
+                verdict(
+                    large["seconds"] <= BUDGET_B8_SECONDS and b8["rss_ratio"] <= BUDGET_B8_RSS_RATIO
+                ),
+            ]
+        )
     if b2:
         rows.append(
             [
@@ -440,9 +513,9 @@ instead) and one per Celery worker process.
 credential, compute the preview and fingerprint, store plan and audit event) against the
 **baseline endpoint** in the same server (`bench/baseline.py`, mounted only with
 `COUNTERSIGN_BENCH=1` and never in production): parse the body, one GET of the contact
-over a kept-alive connection, one INSERT. {b1["concurrency"]} concurrent clients, two
-alternating rounds of {b1["seconds"] / 2:g} s per endpoint after a warm-up; {sizes["b1_contacts"]}
-contacts in rotation.
+over a kept-alive connection, one INSERT. {b1["concurrency"]} concurrent clients,
+{b1.get("alternations", 2)} alternating rounds of {b1["seconds"] / b1.get("alternations", 2):g}
+s per endpoint after a warm-up; {sizes["b1_contacts"]} contacts in rotation.
 
 {
                 table(
@@ -461,6 +534,19 @@ contacts in rotation.
                             ("baseline", b),
                             *((("skeleton", b1["skeleton"]),) if "skeleton" in b1 else ()),
                             ("POST /api/v1/plans", s),
+                            *(
+                                (
+                                    ("… with one rule that holds", b1["submit_required"]),
+                                    ("… with 200 decision rules", b1["submit_rules"]),
+                                )
+                                if "submit_rules" in b1
+                                else ()
+                            ),
+                            *(
+                                (("… with 200 policies", b1["submit_policies"]),)
+                                if "submit_policies" in b1
+                                else ()
+                            ),
                         )
                     ],
                 )
@@ -470,6 +556,7 @@ Throughput ratio **{fmt(b1["ratio"], 2)}** (budget ≥ {BUDGET_B1_RATIO}; issue 
 ≥ {BUDGET_B1_RATIO_NEXT}).{queries_submit}{_skeleton_text(b1)}
 {_floor_text(b1)}
 {metrics_cost(b1)}
+{_loaded_text(b1)}
 
 ![B1]({images.get("b1-submit.png", "")})
 """
@@ -773,6 +860,8 @@ every 0.25 s during the run: p50 {fmt(lag.get("p50_s", 0), 2)} s, max
 ≤ {BUDGET_SEAL_LAG_S:g} s).
 """
         )
+    if b8:
+        parts.append(_b8_text(b8))
     analysis = PLOTS / "analysis.md"
     if analysis.exists():
         parts.append(analysis.read_text().strip())
@@ -800,6 +889,149 @@ hashed canonical document. It ran at **{fmt(b1["skeleton_ratio"], 2)}** of the b
 the most any submission could reach here. What separates the submission from the
 skeleton is the product's own Python (validation, the read client, the ORM, the
 fingerprint's canonical JSON, the audit record, the schema of the answer)."""
+
+
+def _loaded_text(b1: dict) -> str:
+    """B1 with 200 decision rules and with 200 policies, and the engine's own time."""
+    if "rules_ratio" not in b1:
+        return ""
+    applied = b1.get("applied", {})
+    rules = ", ".join(applied.get("rules", {}).get("requirement_rules", [])) or "–"
+    policies = ", ".join(applied.get("policies", {}).get("decided_by", [])) or "–"
+    text = f"""
+**With 200 decision rules, with 200 policies.** Three more rounds alternate with the ones
+above (so drift on the machine hits them alike), each loading its sections through
+`load_catalog` before it and the demo's own back after it (`bench/policies.py`): 200
+decision rules beside the demo's two; 200 policies beside the demo's three; and, to
+compare them with, one rule. Every one of the 200 is written for B1's action and compares
+something a submission has to decide. Of the rules, 195 compare the contact's workspace
+with another one (or several) or the new address with blocked ones and do not hold; 5
+hold (the blue workspace) and ask for one support lead. The policies are all scoped to
+the action: 50 forbids on another workspace, 50 `@require` on a partner's domain, 50
+forbids on the agent's daily rate and 45 `@approve` on a trusted domain, none of which
+holds, and 5 `@require("support-leads")` that hold. On a plan of the rules' round the
+rules that applied were {rules}; on one of the policies' round the policies that decided
+were {policies}.
+
+The 5 that hold give the plans a requirement that plain B1's plans do not have, and a
+plan with one costs more to submit whatever asks for it: the submission checks that
+someone active can decide it and records the group. The one-rule round asks the same of
+the same plans, without the 200: against it, the 200 rules ran at
+**{fmt(b1["rules_ratio"], 2)}** and the 200 policies at **{fmt(b1["policies_ratio"], 2)}**
+(budget ≥ {BUDGET_B1_LOADED_RATIO}). Against plain B1: {fmt(b1["rules_ratio_plain"], 2)} and
+{fmt(b1["policies_ratio_plain"], 2)}; the one rule alone, {fmt(b1["required_ratio"], 2)}.
+{_round_ratios(b1)}"""
+    evaluation = b1.get("policy_evaluation")
+    if evaluation:
+        sets = [k for k in evaluation if isinstance(evaluation[k], dict)]
+        rows = [
+            [
+                k,
+                evaluation[k]["policies"],
+                fmt(evaluation[k]["ms"]["p50"], 3),
+                fmt(evaluation[k]["ms"]["p90"], 3),
+                fmt(evaluation[k]["ms"]["p99"], 3),
+                fmt(evaluation[k]["batch_ms_per_plan"], 3),
+                ", ".join(f"{o} {n:,}" for o, n in evaluation[k]["outcomes"].items()),
+            ]
+            for k in sets
+        ]
+        text += f"""
+
+**The policy engine alone**: `policy_evaluate` timed in the bench process over
+{evaluation["plans"]:,} plans of B1's kind (each a different contact and address, half
+within the contact's domain, one in ten a VIP), one plan at a time; and
+`policy_evaluate_batch`, which the backtest calls, over pages of 500 (budget p50 ≤
+{BUDGET_POLICY_P50_MS:g} ms per plan).
+
+{
+            table(
+                [
+                    "policy set",
+                    "policies",
+                    "p50 ms",
+                    "p90 ms",
+                    "p99 ms",
+                    "batched, ms per plan",
+                    "outcomes",
+                ],
+                rows,
+            )
+        }"""
+    return text
+
+
+def _round_ratios(b1: dict) -> str:
+    """The same ratios round by round (one round of each, in turn), when recorded: how
+    far the machine's drift moves them."""
+    rounds = {
+        k: b1[k].get("rounds_per_second")
+        for k in ("submit_required", "submit_rules", "submit_policies")
+    }
+    if not all(rounds.values()):
+        return ""
+    pairs = {
+        what: [
+            fmt(x / y, 2) if y else "–"
+            for x, y in zip(rounds[key], rounds["submit_required"], strict=False)
+        ]
+        for key, what in (("submit_rules", "rules"), ("submit_policies", "policies"))
+    }
+    return (
+        f"Round by round, against the one-rule round just before: rules "
+        f"{', '.join(pairs['rules'])}; policies {', '.join(pairs['policies'])}."
+    )
+
+
+def _b8_text(b8: dict) -> str:
+    rows = [
+        [
+            f"{x['plans']:,}",
+            fmt(x["seconds"], 1),
+            fmt(x["replay_seconds"], 1),
+            fmt(x["per_second"], 0),
+            f"{x['pages']:,} of {x['page_size']:,}",
+            mb(x["peak_rss_kb"]),
+            f"{x['approve_disagreements']:,} / {x['refuse_disagreements']:,} / "
+            f"{x['requirement_changes']:,}",
+        ]
+        for x in b8["runs"]
+    ]
+    large = b8["runs"][-1]
+    return f"""## B8 backtest
+
+`manage.py policy_backtest` with the demo's three policies as the draft
+(`demo/policies/`), over stored histories of {" and ".join(f"{x['plans']:,}" for x in b8["runs"])}
+plans, each in a window of its own at the same {fmt(b8["plans_per_day"], 0)} plans a day
+(seeded in bulk by `demo/history.py`, cloned in turn from seven plans of three actions that
+the draft approves, refuses, sends to a billing approver or to people as before, with the
+settled statuses of B4's history; none recorded a rate, so every rate is counted from
+history, the worst case). The command runs in a process of its own; its wall time includes
+starting Django and checking the draft, and its peak resident memory is `ru_maxrss` from
+`wait4`. Memory must not grow with the history: the replay holds one page of plans, the
+report's counters and its bounded lists, and one day of plans per agent and action for the
+rates.
+
+{
+        table(
+            [
+                "plans",
+                "wall s",
+                "replay s",
+                "plans/s",
+                "pages",
+                "peak RSS",
+                "would approve / refuse / requirement changes",
+            ],
+            rows,
+        )
+    }
+
+{large["plans"]:,} plans in **{fmt(large["seconds"], 1)} s** (budget ≤ {BUDGET_B8_SECONDS:g} s);
+peak memory at the largest history against the smallest: **{fmt(b8["rss_ratio"], 2)}**
+(budget ≤ {BUDGET_B8_RSS_RATIO:g}). The draft would have approved {fmt(large["draft"]["approve"])},
+refused {fmt(large["draft"]["refuse"])} and sent {fmt(large["draft"]["review"])} to people.
+"""
 
 
 def _floor_text(b1: dict) -> str:

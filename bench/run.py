@@ -18,11 +18,15 @@ through ``approvals.services.approval_record``, as the review page does), and re
 ``bench/report.py`` turns them into ``docs/benchmarks.md`` and PNG plots.
 
 Scenarios: B1 submit (with the floor: the upstream's own GET rate and PostgreSQL's
-single-row insert rate, measured in the same run), B2 decision to effect, B3 executor
-throughput, B4 history, B5 waiting agents, B6 footprint, B7 decisions per second (see
-docs/benchmarks.md). B1, B5 and B7 also sample how long audit events wait to be sealed.
+single-row insert rate, measured in the same run; and with 200 decision rules, then 200
+policies, loaded beside the demo's: bench/policies.py), B2 decision to effect, B3
+executor throughput, B4 history, B5 waiting agents, B6 footprint, B7 decisions per
+second, B8 a policy backtest over stored history (see docs/benchmarks.md). B1 also times
+the policy engine in this process; B1, B5 and B7 sample how long audit events wait to
+be sealed.
 
-``--quick`` is a short run for development; the full run takes about ten minutes.
+``--quick`` is a short run for development; the full run takes about a quarter of an
+hour.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +90,8 @@ TERMINAL = {
 
 @dataclass
 class Sizes:
-    b1_seconds: float = 20.0  # per endpoint, split in two alternating rounds
+    b1_seconds: float = 20.0  # per endpoint, split in b1_alternations alternating rounds
+    b1_alternations: int = 4
     b1_concurrency: int = 8
     b1_contacts: int = 2500  # one per plan where B1 is slow enough; its plans are reused
     b2_plans: int = 200
@@ -102,10 +107,13 @@ class Sizes:
     b7_decisions: int = 1000
     b7_reviewers: int = 16
     floor_seconds: float = 6.0
+    policy_eval_plans: int = 3000  # plans timed through policy_evaluate, per policy set
+    b8_plans: tuple[int, ...] = (20_000, 100_000)
 
 
 QUICK = Sizes(
     b1_seconds=6.0,
+    b1_alternations=2,
     b1_concurrency=6,
     b1_contacts=400,
     b2_plans=40,
@@ -118,6 +126,8 @@ QUICK = Sizes(
     b7_decisions=200,
     b7_reviewers=8,
     floor_seconds=3.0,
+    policy_eval_plans=1000,
+    b8_plans=(4_000, 20_000),
 )
 
 
@@ -519,11 +529,62 @@ def floor(d: Deployment, sizes: Sizes, concurrency: int) -> dict:
 # --- B1 submit ------------------------------------------------------------------------------
 
 
+# The rounds of B1, alternated: (name, path, what is loaded beside the demo catalog's own
+# decision rules and policies for the round; bench/policies.py).
+B1_ROUNDS = [
+    ("baseline", "/bench/baseline/plans", None),
+    ("skeleton", "/bench/baseline/skeleton", None),
+    ("submit", "/api/v1/plans", None),
+    ("submit_required", "/api/v1/plans", "required"),
+    ("submit_rules", "/api/v1/plans", "rules"),
+    ("submit_policies", "/api/v1/plans", "policies"),
+]
+# What a round's load generator puts in its addresses (each round its own, so no round
+# proposes what another left awaiting a decision).
+B1_TAGS = {
+    "baseline": "b",
+    "skeleton": "s",
+    "submit": "s",
+    "submit_required": "q",
+    "submit_rules": "r",
+    "submit_policies": "p",
+}
+
+
+def b1_extra(d: Deployment, extra: str | None) -> None:
+    """Load 200 decision rules, 200 policies or the one rule that asks what their 5 that
+    hold ask, beside the demo's (bench/policies.py), or (None) the demo's own sections
+    back, through load_catalog as an admin would."""
+    import yaml
+
+    from actions.catalog import load_catalog
+    from bench.policies import demo_sections, policies_200, policies_section, rule_1, rules_200
+
+    demo = demo_sections(ROOT / "demo" / "catalog.yaml")
+    document = {"version": 1, **demo}
+    if extra == "required":
+        document["reviewers"] = rule_1(demo)
+    elif extra == "rules":
+        document["reviewers"] = rules_200(demo)
+    elif extra == "policies":
+        document["policies"] = policies_section(demo, policies_200())
+    load_catalog(yaml.safe_dump(document), source="bench", base_dir=ROOT / "demo")
+
+
 def b1_submit(d: Deployment, sizes: Sizes) -> dict:
+    from django.contrib.auth.models import Group
+
+    from approvals.models import Plan
+    from bench.policies import GROUP
+
     contacts = d.contacts(sizes.b1_contacts)
-    offset = 0
-    half = sizes.b1_seconds / 2
-    runs: dict[str, list[dict]] = {"baseline": [], "skeleton": [], "submit": []}
+    # The rules and policies that hold for B1's plans ask for a support lead: the bench's
+    # reviewer is one, so the plans can be decided (and are not refused up front).
+    d.reviewer.groups.add(Group.objects.get_or_create(name=GROUP)[0])
+    offsets = {name: 0 for name, _, _ in B1_ROUNDS}
+    half = sizes.b1_seconds / sizes.b1_alternations
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in B1_ROUNDS}
+    applied: dict[str, dict] = {}
     samples: list[int] = []
     stop = threading.Event()
 
@@ -537,42 +598,61 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
     lag_context = seal_lag()
     lags = lag_context.__enter__()  # left in the finally below, with the sampler
     try:
-        # Alternate, so drift on a shared machine hits both alike.
-        for name, path in [
-            ("baseline", "/bench/baseline/plans"),
-            ("skeleton", "/bench/baseline/skeleton"),
-            ("submit", "/api/v1/plans"),
-        ] * 2:
+        # Alternate, so drift on a shared machine hits every round alike.
+        for name, path, extra in B1_ROUNDS * sizes.b1_alternations:
+            if extra:
+                b1_extra(d, extra)
             say(f"B1 {name} {half:g} s x{sizes.b1_concurrency}")
-            web0, machine0, t0 = d.web_reading(), machine_cpu(), time.monotonic()
-            run = d.load(
-                {
-                    "mode": "submit",
-                    "path": path,
-                    "contacts": contacts,
-                    "offset": offset,
-                    "seconds": half,
-                    "concurrency": sizes.b1_concurrency,
-                    "tag": name[0],
-                    "warmup": 1.0,
-                }
-            )
-            wall = time.monotonic() - t0
-            web1, machine1 = d.web_reading(), machine_cpu()
+            try:
+                web0, machine0, t0 = d.web_reading(), machine_cpu(), time.monotonic()
+                run = d.load(
+                    {
+                        "mode": "submit",
+                        "path": path,
+                        "contacts": contacts,
+                        "offset": offsets[name],
+                        "seconds": half,
+                        "concurrency": sizes.b1_concurrency,
+                        "tag": B1_TAGS[name],
+                        # Long enough for each web process to compile the new set (its
+                        # first request after a load does it once).
+                        "warmup": 3.0 if extra else 1.0,
+                    }
+                )
+                wall = time.monotonic() - t0
+                web1, machine1 = d.web_reading(), machine_cpu()
+            finally:
+                if extra:
+                    b1_extra(d, None)
             run["web_cpu_seconds"] = web1.cpu_seconds - web0.cpu_seconds
             run["machine_busy_seconds"] = machine1[0] - machine0[0]
             run["machine_total_seconds"] = machine1[1] - machine0[1]
             run["wall_seconds"] = wall
             runs[name].append(run)
-            if name == "submit":
-                offset = run["next"]
-                for plan in run.pop("plans"):
-                    d.pool.setdefault(plan["contact"], plan)
+            if path == "/api/v1/plans":
+                offsets[name] = run["next"]
+                plans = run.pop("plans")
+                if extra and plans and extra not in applied:
+                    # What the 200 did to one of the round's plans: they were evaluated.
+                    plan = Plan.objects.get(id=plans[-1]["id"])
+                    applied[extra] = {
+                        "requirement_rules": plan.requirement.get("rules", []),
+                        "decided_by": (plan.policy.get("policies") or {}).get("decided_by", []),
+                    }
+                if name == "submit":
+                    # Later scenarios decide these: only the plain ones, which any
+                    # reviewer may decide.
+                    for plan in plans:
+                        d.pool.setdefault(plan["contact"], plan)
     finally:
         stop.set()
         sampler.join()
         lag_context.__exit__(None, None, None)
-    out = {"concurrency": sizes.b1_concurrency, "seconds": sizes.b1_seconds}
+    out = {
+        "concurrency": sizes.b1_concurrency,
+        "seconds": sizes.b1_seconds,
+        "alternations": sizes.b1_alternations,
+    }
     for name, parts in runs.items():
         latencies = [x for p in parts for x in p["latencies"]]
         count = sum(p["count"] for p in parts)
@@ -584,6 +664,10 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
         out[name] = {
             "count": count,
             "per_second": count / elapsed if elapsed else 0.0,
+            # Each round's own rate: how much the machine drifted from one to the next.
+            "rounds_per_second": [
+                p["count"] / p["elapsed"] if p["elapsed"] else 0.0 for p in parts
+            ],
             "errors": errors,
             "latency_ms": summary(latencies),
             # Cores the web processes kept busy, and the share of the whole machine's
@@ -596,12 +680,99 @@ def b1_submit(d: Deployment, sizes: Sizes) -> dict:
     out["ratio"] = out["submit"]["per_second"] / max(out["baseline"]["per_second"], 1e-9)
     # The most any submission could reach: the skeleton's unavoidable round trips alone.
     out["skeleton_ratio"] = out["skeleton"]["per_second"] / max(out["baseline"]["per_second"], 1e-9)
+    # 200 decision rules, 200 policies: against the same plans with the requirement
+    # their 5 that hold give (one rule asking it), and against plain B1.
+    required = max(out["submit_required"]["per_second"], 1e-9)
+    plain = max(out["submit"]["per_second"], 1e-9)
+    out["required_ratio"] = out["submit_required"]["per_second"] / plain
+    for key in ("rules", "policies"):
+        out[f"{key}_ratio"] = out[f"submit_{key}"]["per_second"] / required
+        out[f"{key}_ratio_plain"] = out[f"submit_{key}"]["per_second"] / plain
+    out["applied"] = applied
     out["web_rss_peak_kb"] = max(samples, default=0)
     out["seal_lag"] = lag_summary(lags)
     say(f"B1 floor x{sizes.b1_concurrency}")
     out["floor"] = floor(d, sizes, sizes.b1_concurrency)
     out["of_floor"] = out["submit"]["per_second"] / max(out["floor"]["per_second"], 1e-9)
     out["metrics"] = b1_metrics_cost(d, out["submit"]["latency_ms"]["p50"])
+    say("B1 policy evaluation, in this process")
+    out["policy_evaluation"] = policy_evaluation(sizes)
+    return out
+
+
+def policy_evaluation(sizes: Sizes) -> dict:
+    """``policy_evaluate`` timed here, one plan at a time, over B1's kind of plan (an
+    address change of a bench contact, each a different contact and address), for the
+    demo's three policies and for them with the 200 of bench/policies.py; and
+    ``policy_evaluate_batch`` (what the backtest calls) over pages of 500."""
+    from actions.models import Action
+    from actions.policy.drafts import draft_compile, stored_actions
+    from actions.policy.engine import PlanFacts, policy_evaluate, policy_evaluate_batch
+    from actions.preview import planned_change
+    from bench.policies import policies_200
+
+    actions = stored_actions()
+    demo_files = sorted((ROOT / "demo" / "policies").glob("*.cedar"))
+    demo = [(p.name, p.read_text()) for p in demo_files]
+    sets = {
+        "demo (3)": draft_compile(demo, actions=actions),
+        "demo + 200": draft_compile([*demo, ("bench", policies_200())], actions=actions),
+    }
+    spec = Action.objects.get(name="update_contact_email").spec
+    facts = []
+    for i in range(sizes.policy_eval_plans):
+        cid = f"c-{CONTACT_BASE + i}"
+        before = {
+            "id": cid,
+            "name": f"Bench {cid}",
+            "email": f"{cid}@old.test",
+            "workspace": "ws-blue",
+            "tags": ["vip"] if i % 10 == 0 else [],
+            "version": 1,
+        }
+        # Half stay in the contact's domain (the demo's routine-email approves them).
+        email = f"e{i}@old.test" if i % 2 else f"e{i}@bench.test"
+        values = {"contact_id": cid, "email": email}
+        after, changes = planned_change(spec, values, before)
+        facts.append(
+            PlanFacts(
+                action="update_contact_email",
+                agent="bench-agent",
+                target={"connector": "demo", "path": f"/contacts/{cid}"},
+                input=values,
+                before=before,
+                after=after,
+                changes=changes,
+                now=datetime.now(UTC),
+                rate_hour=i % 50,
+                rate_day=i,
+            )
+        )
+    out: dict = {"plans": len(facts)}
+    for name, compiled in sets.items():
+        for f in facts[:50]:  # warm
+            policy_evaluate(f, compiled)
+        times = []
+        outcomes: dict[str, int] = {}
+        for f in facts:
+            began = time.perf_counter()
+            result = policy_evaluate(f, compiled)
+            times.append((time.perf_counter() - began) * 1000)
+            outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
+        began = time.perf_counter()
+        for start in range(0, len(facts), 500):
+            policy_evaluate_batch(facts[start : start + 500], compiled)
+        batch_ms = (time.perf_counter() - began) * 1000 / len(facts)
+        out[name] = {
+            "policies": len(compiled.ids()),
+            "ms": summary(times),
+            "batch_ms_per_plan": batch_ms,
+            "outcomes": outcomes,
+        }
+        say(
+            f"  {name}: p50 {out[name]['ms']['p50']:.3f} ms, p90 {out[name]['ms']['p90']:.3f} "
+            f"ms per plan; batched {batch_ms:.3f} ms"
+        )
     return out
 
 
@@ -970,6 +1141,140 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
     }
 
 
+# --- B8 backtest ----------------------------------------------------------------------------
+
+B8_PER_DAY = 20_000 / 6  # plans a day in the seeded history, the same at every size
+
+
+def b8_templates(d: Deployment) -> list:
+    """Seven plans to clone, proposed through the service with no rule or policy in force
+    (so, like history from before policies, they record no rate): the demo's three
+    policies approve the first, refuse the sixth and add a billing approver to the
+    fourth; the rest go to people as before."""
+    import httpx
+    import yaml
+
+    from actions.catalog import load_catalog
+    from actions.services import agent_create
+    from approvals.services import plan_cancel, plan_submit
+
+    agent, _ = agent_create(
+        name="bench-history",
+        action_names=["update_contact_email", "send_invoice", "delete_contact"],
+        active=True,
+    )
+    plain, other = d.contacts(2)
+    httpx.post(
+        d.upstream_url + "/_demo/mutate",
+        json={"path": "/invoices/inv-2002", "patch": {"status": "draft", "amount": "45.00"}},
+        timeout=10,
+    ).raise_for_status()
+    proposals = [
+        ("update_contact_email", {"contact_id": plain, "email": f"renamed.{plain}@old.test"}),
+        ("update_contact_email", {"contact_id": plain, "email": "someone@else.example"}),
+        ("update_contact_email", {"contact_id": "c-1001", "email": "a.lovelace@example.test"}),
+        ("send_invoice", {"invoice_id": "inv-2001"}),  # 120.00
+        ("send_invoice", {"invoice_id": "inv-2002"}),  # 45.00
+        ("delete_contact", {"contact_id": "c-1001"}),  # a VIP
+        ("delete_contact", {"contact_id": other}),
+    ]
+    load_catalog(yaml.safe_dump({"version": 1, "reviewers": {}, "policies": {}}), source="bench")
+    try:
+        templates = [
+            plan_submit(agent=agent, action_name=name, input=values, reason="bench history")[0]
+            for name, values in proposals
+        ]
+    finally:
+        b1_extra(d, None)
+    for plan in templates:
+        plan_cancel(agent=agent, plan_id=plan.id)
+    return templates
+
+
+def b8_backtest(d: Deployment, sizes: Sizes) -> dict:
+    """Seed histories of each size (demo/history.py, COPY) in windows of their own, well
+    before anything else in the database, at the same plans per day; then run
+    ``manage.py policy_backtest`` over each window with the demo's three policies as the
+    draft, in a process of its own: its wall time and its peak resident memory
+    (``ru_maxrss`` from wait4)."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from demo.history import seed_plans
+
+    templates = b8_templates(d)
+    # Before B4's history (spread over the last 365 days), one window after the other.
+    end = timezone.now() - timedelta(days=400)
+    runs = []
+    for n in sizes.b8_plans:
+        days = n / B8_PER_DAY
+        say(f"B8 seeding {n:,} plans over {days:.1f} days")
+        seed_plans(n, templates=templates, end=end, days=days, events_per_plan=0)
+        since, until = end - timedelta(days=days, minutes=2), end
+        end = since - timedelta(days=3)
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE approvals_plan")
+        say(f"B8 backtest over {n:,} plans")
+        runs.append(b8_run(d, n, since, until))
+        say(
+            f"  {runs[-1]['seconds']:.1f} s ({runs[-1]['per_second']:,.0f} plans/s), "
+            f"peak RSS {runs[-1]['peak_rss_kb'] / 1024:.0f} MB"
+        )
+    small, large = runs[0], runs[-1]
+    return {
+        "runs": runs,
+        "plans_per_day": B8_PER_DAY,
+        "rss_ratio": large["peak_rss_kb"] / max(small["peak_rss_kb"], 1),
+        "seconds": large["seconds"],
+        "plans": large["plans"],
+    }
+
+
+def b8_run(d: Deployment, n: int, since: datetime, until: datetime) -> dict:
+    out_file = d.work / f"backtest-{n}.json"
+    log_file = d.work / f"backtest-{n}.log"
+    command = [
+        sys.executable,
+        str(ROOT / "manage.py"),
+        "policy_backtest",
+        str(ROOT / "demo" / "policies"),
+        "--since",
+        since.isoformat(),
+        "--until",
+        until.isoformat(),
+        "--json",
+        str(out_file),
+        "--progress-pages",
+        "40",
+        "--actor",
+        "bench",
+    ]
+    with log_file.open("w") as log:
+        began = time.monotonic()
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log, env=dict(os.environ))
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.monotonic() - began
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"policy_backtest failed:\n{log_file.read_text()[-3000:]}")
+    report = json.loads(out_file.read_text())
+    return {
+        "plans": report["totals"]["plans"],
+        "seconds": seconds,
+        "replay_seconds": report["read"]["seconds"],
+        "per_second": report["totals"]["plans"] / seconds if seconds else 0.0,
+        "pages": report["read"]["pages"],
+        "page_size": report["read"]["page_size"],
+        "peak_rss_kb": usage.ru_maxrss,  # kilobytes on Linux
+        "draft": report["totals"]["draft"],
+        "approve_disagreements": report["approve_disagreements"]["count"],
+        "refuse_disagreements": report["refuse_disagreements"]["count"],
+        "requirement_changes": report["requirement_changes"]["count"],
+        "rate_counted": report["totals"]["rate_counted"],
+        "errors": report["errors"]["plans"],
+    }
+
+
 # --- B5 waiting agents --------------------------------------------------------------------
 
 
@@ -1262,6 +1567,10 @@ def main(argv: list[str] | None = None) -> int:
             "sizes": asdict(sizes),
         },
     }
+    if only:
+        # A run of some scenarios keeps the others' figures from the last run, and says
+        # so (bench/report.py prints which came from which run).
+        _keep_previous(Path(args.results), results, only)
     ok = False
     try:
         import django
@@ -1289,6 +1598,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("B3", lambda: b3_throughput(d, sizes)),
                 ("B5", lambda: b5_waiting(d, sizes)),
                 ("B7", lambda: b7_decisions(d, sizes)),
+                ("B8", lambda: b8_backtest(d, sizes)),
             ]
             for name, run in scenarios:
                 if only and name not in only:
@@ -1296,6 +1606,8 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.monotonic()
                 results[name] = run()
                 results[name]["wall_seconds"] = time.monotonic() - t0
+                results[name]["measured"] = results["when"]
+                results[name]["measured_quick"] = args.quick
                 say(f"{name} done in {results[name]['wall_seconds']:.0f} s")
                 _save(args.results, results)
             results["B6"]["after"] = footprint(d)
@@ -1329,6 +1641,27 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)  # logs and the run's throwaway worker key
         say(f"done in {time.monotonic() - began:.0f} s")
     return 0
+
+
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B7", "B8")
+
+
+def _keep_previous(path: Path, results: dict, only: set[str]) -> None:
+    """The scenarios this run does not measure, as the last run left them, each with the
+    date (and quickness) of the run that measured it."""
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    for name in SCENARIOS:
+        if name in previous and name not in only:
+            results[name] = previous[name]
+            results[name].setdefault("measured", previous.get("when"))
+            results[name].setdefault("measured_quick", previous.get("quick"))
+    if "PROFILE" not in only:
+        for key in ("queries_per_call", "profiles"):
+            if key in previous:
+                results[key] = previous[key]
 
 
 def _save(path: str, results: dict) -> None:

@@ -1,8 +1,9 @@
 """A made-up plan history of any size: N settled plans and their audit events, fast.
 
-Used by ``bench/run.py`` (B4: 1 thousand vs 1 million plans), by the query-count tests
-(tests/approvals/test_hot_paths.py) and for EXPLAIN checks of the queue, plan page,
-audit log, dashboard and sweeper queries (docs/scaling.md).
+Used by ``bench/run.py`` (B4: 1 thousand vs 1 million plans; B8: the history a
+backtest reads), by the query-count tests (tests/approvals/test_hot_paths.py) and for
+EXPLAIN checks of the queue, plan page, audit log, dashboard and sweeper queries
+(docs/scaling.md).
 
     from demo.history import seed_plans
     seed_plans(1_000_000)                 # inside a configured Django process
@@ -13,9 +14,11 @@ What it writes (PostgreSQL: ``COPY``; other databases: ``bulk_create``):
 
 * ``n`` plans cloned from the newest real plan in the database (or, if there is none,
   from a synthetic one on the first enabled action and agent — then the catalog must be
-  loaded and an agent exist). Statuses are a settled history — mostly completed, some
-  denied, expired, stale, rejected, cancelled — with ``created_at`` spread evenly over
-  the last ``days`` days, so time-windowed pages see only their window. None is awaiting
+  loaded and an agent exist), or from the ``templates`` given, in turn (B8: plans of
+  several actions, for a backtest to tell apart). Statuses are a settled history —
+  mostly completed, some denied, expired, stale, rejected, cancelled — with
+  ``created_at`` spread evenly over the ``days`` days before ``end`` (default: the last
+  ``days`` days), so time-windowed pages see only their window. None is awaiting
   approval or approved, so the review queue and the sweeper keep their real size.
 * ``events_per_plan`` audit events per plan (``plan.proposed`` and the outcome),
   numbered and hashed as the application writes them, so the sealer signs them like any
@@ -83,26 +86,30 @@ def _template():
     )
 
 
-def _plan_rows(template, n: int, days: float, rng: random.Random):
-    """(row dict, status) for n plans, newest first, spread over ``days``."""
+def _plan_rows(templates, n: int, days: float, rng: random.Random, end=None):
+    """(row dict, status) for n plans, newest first, spread over the ``days`` before
+    ``end`` (default: now), each cloned from the next of ``templates`` in turn."""
     from django.utils import timezone
 
     from approvals.models import Plan
 
     fields = list(Plan._meta.concrete_fields)
-    base: dict[str, object] = {}
-    for f in fields:
-        value = getattr(template, f.attname)
-        if f.get_internal_type() == "JSONField":
-            value = json.dumps(value)
-        base[f.column] = value
-    now = timezone.now()
+    bases: list[dict[str, object]] = []
+    for template in templates:
+        base: dict[str, object] = {}
+        for f in fields:
+            value = getattr(template, f.attname)
+            if f.get_internal_type() == "JSONField":
+                value = json.dumps(value)
+            base[f.column] = value
+        bases.append(base)
+    now = end or timezone.now()
     step = days * 86400 / max(1, n)
     for i in range(n):
         created = now - timedelta(seconds=60 + i * step + rng.random() * step)
         status = SETTLED[i % len(SETTLED)]
         decided = created + timedelta(seconds=30 + rng.random() * 600)
-        row = dict(base)
+        row = dict(bases[i % len(bases)])
         row.update(
             id=uuid.uuid4(),
             correlation_id=uuid.uuid4(),
@@ -126,14 +133,19 @@ def seed_plans(
     chunk: int = 20_000,
     seed: int = 8,
     progress=None,
+    templates=None,
+    end=None,
 ) -> int:
-    """Insert ``n`` settled plans (and their audit events). Returns how many plans."""
+    """Insert ``n`` settled plans (and their audit events). Returns how many plans.
+
+    ``templates``: the plans to clone, in turn (default: the newest plan); ``end``: the
+    newest plan's time is a minute before it (default: now)."""
     from django.db import connection
 
     rng = random.Random(seed)
-    template = _template()
+    templates = list(templates) if templates else [_template()]
     done = 0
-    rows = _plan_rows(template, n, days, rng)
+    rows = _plan_rows(templates, n, days, rng, end)
     while done < n:
         batch = [next(rows) for _ in range(min(chunk, n - done))]
         if connection.vendor == "postgresql":

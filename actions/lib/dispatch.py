@@ -34,6 +34,8 @@ DELIVER_WEBHOOK = "approvals.deliver_webhook"
 # worker of the release before never gets a message it cannot read).
 NOTIFY_EVENT = "approvals.notify_event"
 DELIVER_EVENT_WEBHOOK = "approvals.deliver_event_webhook"
+# A draft policy set replayed over the stored plans (the admin's backtest page).
+POLICY_BACKTEST = "approvals.policy_backtest"
 
 
 def publish(name: str, *args, countdown: float | None = None) -> bool:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from actions.lib.exceptions import PolicyRefused
@@ -60,19 +61,28 @@ class Evaluated:
     part: dict[str, Any]  # the fingerprinted policy part ({} without a set)
 
 
+# The most plans of a day counted for one agent and action (the rate's bound).
+RATE_CAP = 100_000
+
+
 def agent_rate(*, agent_id, action_id, now: datetime) -> tuple[int, int]:
-    """The agent's plans for this action in the hour and the day before ``now`` (one
-    query, served by the agent's history index)."""
-    day = list(
+    """The agent's plans for this action in the hour and the day before ``now``, at most
+    RATE_CAP: one query, counted in the database over the agent's history index. (Not
+    the rows themselves: an agent that proposes thousands of plans a day would otherwise
+    make each submission read thousands of rows.)"""
+    counts = (
         Plan.objects.filter(
             agent_id=agent_id, action_id=action_id, created_at__gte=now - timedelta(days=1)
         )
         .filter(created_at__lt=now)
-        .values_list("created_at", flat=True)
-        .order_by()[:100_000]
+        .order_by()
+        .values("created_at")[:RATE_CAP]
+        .aggregate(
+            day=Count("created_at"),
+            hour=Count("created_at", filter=Q(created_at__gte=now - timedelta(hours=1))),
+        )
     )
-    hour = sum(1 for at in day if at >= now - timedelta(hours=1))
-    return hour, len(day)
+    return counts["hour"], counts["day"]
 
 
 def facts_of(

@@ -9,17 +9,17 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from actions.catalog import CatalogError, catalog_document, parse_catalog_text
-from actions.models import Action
+from actions.catalog import CatalogError, parse_catalog_text
 from actions.policy.cases import CaseError, case_mismatches, cases_read
-from actions.policy.engine import (
-    CompiledPolicies,
-    PolicySetInvalid,
-    catalog_types,
-    policies_compile,
-    policy_evaluate,
+from actions.policy.drafts import (
+    Draft,
+    DraftRefused,
+    draft_from_catalog,
+    draft_read,
+    stored_actions,
 )
-from actions.policy.sources import ENFORCE, PARTS, SHADOW, check_texts, part_text
+from actions.policy.engine import policy_evaluate
+from actions.policy.sources import ENFORCE, SHADOW
 from actions.policy.versions import policies_in_force
 
 
@@ -56,12 +56,11 @@ class Command(BaseCommand):
         shadow: bool,
         **options,
     ):
-        actions = dict(Action.objects.values_list("name", "definition"))
-        if catalog:
-            compiled, actions = self._from_catalog(Path(catalog), actions)
-        elif policies:
-            compiled = self._from_files([Path(p) for p in policies], actions)
+        if catalog or policies:
+            draft = _draft(catalog=catalog, policies=policies)
+            compiled, actions = draft.compiled, draft.actions
         else:
+            actions = stored_actions()
             compiled = policies_in_force()
             if compiled.problem:
                 raise CommandError(compiled.problem)
@@ -102,39 +101,12 @@ class Command(BaseCommand):
             raise CommandError(summary)
         self.stdout.write(summary)
 
-    def _from_catalog(self, path: Path, stored: dict) -> tuple[CompiledPolicies, dict]:
-        try:
-            document = catalog_document(_read(path), source=str(path), base_dir=path.parent)
-        except CatalogError as exc:
-            lines = [f"{exc.source}: the catalog is refused:"]
-            lines += [f"  {problem}" for problem in exc.problems]
-            raise CommandError("\n".join(lines)) from None
-        if "policies" not in document:
-            raise CommandError(f"{path}: the catalog has no policies: section")
-        actions = {**stored, **(document.get("actions") or {})}
-        section = document["policies"] or {}
-        texts = {p: part_text(item["text"] for item in section.get(p) or []) for p in PARTS}
-        return _compile(texts, actions), actions
 
-    def _from_files(self, paths: list[Path], actions: dict) -> CompiledPolicies:
-        texts = [(ENFORCE, i, _read(p), str(p)) for i, p in enumerate(paths)]
-        checked = check_texts(texts, types=catalog_types(actions))
-        if checked.problems:
-            raise CommandError(
-                "the policies are refused:\n"
-                + "\n".join(
-                    f"  {p.origin}{', line ' + str(p.line) if p.line else ''}: {p.message}"
-                    for p in checked.problems
-                )
-            )
-        return _compile({ENFORCE: part_text(t for _, _, t, _ in texts), SHADOW: ""}, actions)
-
-
-def _compile(texts: dict[str, str], actions: dict) -> CompiledPolicies:
+def _draft(*, catalog: str | None, policies: list[str] | None) -> Draft:
     try:
-        return policies_compile(enforce=texts[ENFORCE], shadow=texts[SHADOW], actions=actions)
-    except PolicySetInvalid as exc:
-        raise CommandError(f"the policies are refused: {exc}") from None
+        return draft_from_catalog(catalog) if catalog else draft_read(policies or [])
+    except DraftRefused as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _read(path: Path) -> str:
