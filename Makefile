@@ -1,7 +1,7 @@
 # Countersign — developer commands. GNU make; recipes run in bash.
 #
 #   make run     embedded mode (SQLite + filesystem broker): web, worker, demo upstream
-#   make test    the test suite (needs PostgreSQL and Redis; see .ci/services)
+#   make test    the test suite, two shards at once (needs PostgreSQL and Redis; see .ci/services)
 #   make chaos   the full chaos run (300 plans); figures to docs/reliability.md
 #   make soak    2 web servers and 2 workers executing 1,000 plans exactly once
 #   make bench   benchmarks (PostgreSQL + Redis); docs/benchmarks.md and docs/benchmarks/*.png
