@@ -234,6 +234,11 @@ class Plan(models.Model):
                 condition=Q(status__in=["pending", "unknown"], next_check_at__isnull=False),
             ),
             models.Index(fields=["agent", "-created_at"], name="plan_agent_created"),
+            # The agent's rate for one action (approvals/decisions/policies.py: agent_rate),
+            # counted at every submission while policies are in force.
+            models.Index(
+                fields=["agent", "action", "created_at"], name="plan_agent_action_created"
+            ),
             # A repeated proposal: the agent's awaiting plan with the same fingerprint
             # (services.plan_submit gives it back instead of storing a second one).
             models.Index(
