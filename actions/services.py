@@ -67,7 +67,9 @@ def agent_authenticate(token: str) -> Agent | None:
     known = cached(
         "agent",
         digest,
-        lambda: _usable_agents().filter(token_hash=digest).first(),
+        # With its registrar: the policies see who registered it (their name), at every
+        # submission, without a query of its own.
+        lambda: _usable_agents().select_related("created_by").filter(token_hash=digest).first(),
         keep_none=False,
     )
     now = timezone.now()
