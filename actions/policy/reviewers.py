@@ -26,12 +26,13 @@ times alone.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..cache import cached
-from ..lib.canonical import digest, escape_pointer_token
+from ..lib.canonical import escape_pointer_token
 from ..models import DecisionRule
 from ..rules import rule_decides, rule_problem
 
@@ -281,7 +282,10 @@ def requirement_from_clauses(
                 key=_threshold_order,
             )
         }
-        unique.setdefault(digest(canonical), canonical)
+        # Keyed and ordered by its JSON text (groups, counts and times only: plain ASCII
+        # names and integers, so the text is canonical): the same clauses always come in
+        # the same order, by group name.
+        unique.setdefault(json.dumps(canonical, sort_keys=True), canonical)
     return {"rules": sources, "all_of": [unique[k] for k in sorted(unique)]}
 
 
