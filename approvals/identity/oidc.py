@@ -259,7 +259,10 @@ def id_token_claims_check(payload: dict) -> dict:
         raise SignInRefused("the ID token has expired")
     if iat > now + LEEWAY:
         raise SignInRefused("the ID token was issued in the future")
-    if not isinstance(payload.get("sub"), str) or not payload["sub"]:
+    # OpenID Connect Core: a subject is at most 255 ASCII characters (and the identity's
+    # column holds no more); one cut short could name somebody else.
+    subject = payload.get("sub")
+    if not isinstance(subject, str) or not subject or len(subject) > 255:
         raise SignInRefused("the ID token names nobody")
     return payload
 

@@ -214,13 +214,17 @@ def requester_from_token(token: str) -> Requester:
         raise _refused(str(exc)) from None
     except SuspiciousOperation as exc:
         raise _refused(_library_reason(str(exc))) from None
-    groups = sorted(_groups(payload))[:MAX_GROUPS]
+    # Every group as the claim names it, or a refusal: a group left out or cut short
+    # could let a plan miss a decision rule or a policy that names it.
+    groups = sorted(_groups(payload))
+    if len(groups) > MAX_GROUPS:
+        raise _refused(f"the ID token lists more than {MAX_GROUPS} groups")
     given, family = _text(payload.get("given_name"), 150), _text(payload.get("family_name"), 150)
     name = _text(payload.get("name"), 150) or " ".join(part for part in (given, family) if part)
     return Requester(
         issuer=payload["iss"],
-        subject=payload["sub"][:255],
-        groups=tuple(g[:150] for g in groups),
+        subject=payload["sub"],
+        groups=tuple(groups),
         name=name or _text(payload.get("preferred_username"), 150),
         email=_text(payload.get("email"), 254),
     )

@@ -153,3 +153,27 @@ def test_without_single_sign_on_the_header_is_refused(db):
     with override_settings(COUNTERSIGN_OIDC=False):
         with pytest.raises(OnBehalfOfRefused, match="needs single sign-on"):
             requester_from_token("eyJ.eyJ.sig")
+
+
+def test_the_groups_are_kept_whole_or_the_token_is_refused(jwks):
+    """A group cut short or left out could let a plan miss a decision rule or a policy
+    that names it, so the groups are kept exactly as the claim names them, and a token
+    that lists more than MAX_GROUPS is refused rather than read in part."""
+    key, public = rsa_key("k1")
+    jwks.keys = [public]
+    long_name = "cn=contractors,ou=" + "x" * 150 + ",dc=example,dc=test"
+    person = requester_from_token(jwks.token(key, "k1", groups=[long_name, "billing"]))
+    assert person.groups == ("billing", long_name)
+    assert person.stored()["groups"] == ["billing", long_name]
+    many = [f"g{n:03}" for n in range(requester.MAX_GROUPS)]
+    assert len(requester_from_token(jwks.token(key, "k1", groups=many)).groups) == len(many)
+    with pytest.raises(OnBehalfOfRefused, match=f"more than {requester.MAX_GROUPS} groups"):
+        requester_from_token(jwks.token(key, "k1", groups=[*many, "zz-contractors"]))
+
+
+def test_a_subject_longer_than_openid_allows_is_refused_not_cut_short(jwks):
+    key, public = rsa_key("k1")
+    jwks.keys = [public]
+    assert requester_from_token(jwks.token(key, "k1", sub="s" * 255)).subject == "s" * 255
+    with pytest.raises(OnBehalfOfRefused, match="names nobody"):
+        requester_from_token(jwks.token(key, "k1", sub="s" * 256))
