@@ -53,6 +53,8 @@ from actions.policy.reviewers import (
     rule_groups,
     rules_in_force,
 )
+from actions.policy.sources import required_groups
+from actions.policy.versions import policy_version_current
 
 from ..models import Approval, DecidingGroup, Plan
 from .policies import policy_requirement_current
@@ -207,13 +209,24 @@ def requirement_feasibility_problem(requirement: dict[str, Any]) -> str | None:
     )
 
 
-def decision_groups_sync(user, claimed: set[str]) -> list[str]:
-    """Make ``user``'s membership of the groups the decision rules in force name follow
-    the identity provider's groups claim (``claimed``): added when named, removed when
-    not. Other groups are left alone. Returns the rule groups ``user`` is now in."""
+def decision_groups_named() -> set[str]:
+    """The groups plans may need in force: those the decision rules name and those the
+    enforced policies' ``@require`` annotations name."""
     named: set[str] = set()
     for rule in rules_in_force():
         named |= rule_groups(rule)
+    current = policy_version_current()
+    if current is not None:
+        named |= required_groups(current.enforce)
+    return named
+
+
+def decision_groups_sync(user, claimed: set[str]) -> list[str]:
+    """Make ``user``'s membership of the groups plans may need (the rules' and the
+    policies': ``decision_groups_named``) follow the identity provider's groups claim
+    (``claimed``): added when named, removed when not. Other groups are left alone.
+    Returns those groups ``user`` is now in."""
+    named = decision_groups_named()
     if not named:
         return []
     groups = list(Group.objects.filter(name__in=named))

@@ -317,3 +317,32 @@ def test_a_reviewers_revision_goes_to_a_person_even_if_a_policy_would_approve(
     assert revision.status == PlanStatus.AWAITING_APPROVAL
     assert revision.policy["mode"] == "per_call"
     assert revision.policy["policies"]["outcome"] == "approve"  # what the policies said
+
+
+def test_the_groups_claim_decides_membership_of_the_groups_a_policy_requires(catalog):
+    """A group only an @require names (no decision rule does) follows the identity
+    provider's groups claim at sign-in, as the rules' groups do: otherwise a plan the
+    policy sends to that group waits for people the sign-in never put in it."""
+    from approvals.decisions.requirements import decision_groups_sync
+
+    load_catalog(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "policies": {
+                    "groups": ["security"],
+                    "enforce": [
+                        {
+                            "text": '@id("deletes")\n@require("security")\n'
+                            "permit (principal, action == Action::\"delete_contact\", resource);"
+                        }
+                    ],
+                },
+            }
+        )
+    )
+    user = person("sso-user", "unrelated")
+    assert decision_groups_sync(user, {"security", "unrelated-elsewhere"}) == ["security"]
+    assert set(user.groups.values_list("name", flat=True)) == {"security", "unrelated"}
+    assert decision_groups_sync(user, set()) == []
+    assert set(user.groups.values_list("name", flat=True)) == {"unrelated"}
