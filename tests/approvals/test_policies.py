@@ -334,7 +334,7 @@ def test_the_groups_claim_decides_membership_of_the_groups_a_policy_requires(cat
                     "enforce": [
                         {
                             "text": '@id("deletes")\n@require("security")\n'
-                            "permit (principal, action == Action::\"delete_contact\", resource);"
+                            'permit (principal, action == Action::"delete_contact", resource);'
                         }
                     ],
                 },
