@@ -105,7 +105,8 @@ def test_groups_is_asked_for_when_the_list_is_not_known(client, provider, answer
         assert start(client)["scope"] == "openid email profile groups"
     unreadable = [r for r in caplog.records if "discovery document could not be read" in r.message]
     assert len(unreadable) == (0 if answer == "no list" else 1)
-    assert provider.requests == 1  # no redirect followed
+    assert provider.requests == 1
+    assert "/elsewhere" not in provider.paths  # no redirect followed
 
 
 def test_an_unreachable_provider_is_tried_again_only_after_a_while(client, provider):

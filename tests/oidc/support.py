@@ -203,8 +203,10 @@ class HostileTokenEndpoint:
 class JsonServer:
     """A JSON document an identity provider publishes, served on 127.0.0.1 as a test wants
     it answered: ``status``, ``body`` (bytes sent instead of ``answer()``), ``location``
-    (a redirect); ``requests`` counts the GETs. ``path``: the one path answered (404
-    elsewhere), or any path when None."""
+    (a redirect). ``path``: the one path answered (404 elsewhere), or any path when None.
+    ``paths`` lists every GET's path; ``requests`` counts the GETs of ``path`` (of any
+    path when None): the suite's other shard starts and kills servers on ports the kernel
+    may hand out again, so a stray client of theirs can land here, never on ``path``."""
 
     path: str | None = None
 
@@ -212,7 +214,7 @@ class JsonServer:
         self.status = 200
         self.body: bytes | None = None
         self.location = ""
-        self.requests = 0
+        self.paths: list[str] = []
         served = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -220,7 +222,7 @@ class JsonServer:
                 pass
 
             def do_GET(self) -> None:
-                served.requests += 1
+                served.paths.append(self.path)
                 if served.path is not None and self.path != served.path:
                     self.send_error(404)
                     return
@@ -238,6 +240,10 @@ class JsonServer:
         threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         ).start()
+
+    @property
+    def requests(self) -> int:
+        return sum(1 for p in self.paths if self.path is None or p == self.path)
 
     def answer(self) -> object:
         raise NotImplementedError
