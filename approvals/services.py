@@ -337,38 +337,19 @@ def _plan_requirement(
         raise
 
 
-def _approve_by_policy(plan: Plan, *, now) -> None:
-    """A plain observation read whose action needs no per-call approval: approved as it
-    is stored (the fingerprinted policy says so, and the worker checks the action still
-    does), and handed to a worker. Recorded like any decision."""
+def _approve_with_no_person(plan: Plan, *, actor: str, data: dict[str, Any], now) -> None:
+    """Approved as it is stored, with no person, and handed to a worker; recorded like
+    any decision (``data``: what decided). Two things may say so, each fingerprinted
+    and checked again by the worker: ``approval: none`` on a plain observation read
+    (the action must still say so), and the catalog's policies (the set in force must
+    still approve the plan; audited with the policies, the set's hash and version)."""
     dispatch.on_commit(dispatch.EXECUTE_PLAN, plan.id)
     plan_transition(
         plan,
         to=PlanStatus.APPROVED,
-        actor=SYSTEM,
+        actor=actor,
         event="plan.approved",
-        data={"by": "policy", "approval": "none"},
-        decided_at=now,
-        enqueued_at=now,
-    )
-
-
-def _approve_by_policies(plan: Plan, result, *, now) -> None:
-    """A plan the catalog's policies approve: approved as it is stored, with no person,
-    and handed to a worker, which puts it to the policies in force again before it
-    writes. Audited with the policies that approved it and the set's hash and version."""
-    dispatch.on_commit(dispatch.EXECUTE_PLAN, plan.id)
-    plan_transition(
-        plan,
-        to=PlanStatus.APPROVED,
-        actor=POLICY_ACTOR,
-        event="plan.approved",
-        data={
-            "by": "policy",
-            "policies": list(result.policies),
-            "set": result.set_hash,
-            "version": result.version,
-        },
+        data={"by": "policy", **data},
         decided_at=now,
         enqueued_at=now,
     )
@@ -648,9 +629,19 @@ def _plan_submit(
             if grant is not None:
                 grant_approve(plan=plan, grant=grant, now=now)
             elif policy["mode"] == POLICY_MODE:
-                _approve_by_policies(plan, evaluated.result, now=now)
+                result = evaluated.result
+                _approve_with_no_person(
+                    plan,
+                    actor=POLICY_ACTOR,
+                    data={
+                        "policies": list(result.policies),
+                        "set": result.set_hash,
+                        "version": result.version,
+                    },
+                    now=now,
+                )
             elif policy["mode"] == "none":
-                _approve_by_policy(plan, now=now)
+                _approve_with_no_person(plan, actor=SYSTEM, data={"approval": "none"}, now=now)
             elif notify:
                 notify_awaiting(plan.id)
     except BaseException:
