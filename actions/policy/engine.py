@@ -520,19 +520,42 @@ def _decide(
     return PolicyResult(outcome=REVIEW, **common)
 
 
+# What went wrong, in fixed words: Cedar's own text quotes the values it evaluated (an
+# overflow names both operands, a bad decimal its string), which are the plan's data and
+# must reach no log line, audit record, page or report. Matched in order; the first wins.
+ERROR_CATEGORIES = (
+    ("overflow", "integer overflow"),
+    ("extension function", "an extension function (decimal, ip, datetime) refused its argument"),
+    ("does not have the attribute", "an attribute the policy reads is absent"),
+    ("does not have the tag", "a tag the policy reads is absent"),
+    ("type error", "a value of an unexpected type"),
+    ("unexpected type", "a value of an unexpected type"),
+)
+OTHER_ERROR = "the policy failed to evaluate"
+
+
+def error_category(message: str) -> str:
+    """Cedar's evaluation error as one of a few fixed texts, never quoting a value."""
+    lowered = str(message).lower()
+    for needle, category in ERROR_CATEGORIES:
+        if needle in lowered:
+            return category
+    return OTHER_ERROR
+
+
 def _errors(policies: CompiledPolicies, types: ActionTypes, raw: list[str]) -> list[PolicyFailure]:
     out = []
     for message in raw:
         found = _POLICY_ERROR.match(message)
         if found:
-            out.append(PolicyFailure(found.group(1), _bounded(found.group(2))))
+            out.append(PolicyFailure(found.group(1), error_category(found.group(2))))
         elif message.startswith("failed to build request"):
             # Cedar's text repeats the whole context: the plan's data, not for a log line.
             out.append(
                 PolicyFailure("", f"the plan does not fit the policies' types for {types.name}")
             )
         else:
-            out.append(PolicyFailure("", _bounded(message)))
+            out.append(PolicyFailure("", error_category(message)))
     return sorted(set(out), key=lambda e: (e.policy, e.message))
 
 
@@ -588,9 +611,12 @@ def policy_evaluate_batch(
                     schema=policies.schema,
                 )
             except Exception as exc:  # e.g. a string Cedar's parser refuses
+                # Its text may quote the plan's values: the kind of failure only.
                 for i, _, _ in batch:
                     results[i] = _failed(
-                        policies, part, f"Cedar could not evaluate the plan: {exc}"
+                        policies,
+                        part,
+                        f"Cedar could not evaluate the plan ({error_category(str(exc))})",
                     )
                 continue
             for (i, _, _), answer in zip(batch, answers, strict=True):

@@ -198,7 +198,9 @@ def policy_submission(
 
 
 def _log_errors(result: PolicyResult, action: str) -> None:
-    # Counted and logged (the policy ids and Cedar's message, never the plan's values).
+    # Counted and logged: the policy's id and what kind of failure it was. The message is
+    # one of the engine's fixed texts (actions/policy/engine.py, error_category), never
+    # Cedar's own, which quotes the values it evaluated (an overflow names its operands).
     for error in result.errors:
         POLICY_ERRORS.labels(policy=error.policy or "(plan)", part=result.part).inc()
         log.warning(
