@@ -29,7 +29,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRefresh
 
-from actions.lib.exceptions import CountersignError, InvalidInput, NotFound
+from actions.lib.exceptions import (
+    CountersignError,
+    DecisionRulesChanged,
+    InvalidInput,
+    NotFound,
+)
 from actions.preview import diff
 from actions.spec import VERIFIABLE_KINDS
 
@@ -447,11 +452,14 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
             nonce=request.POST.get("nonce", "")[:100],
             break_glass=break_glass,
         )
-    except RequesterMayNotApprove as exc:
-        # The floor (approvals/identity/requester.py): the plan's page again, saying why, as 403.
+    except (RequesterMayNotApprove, DecisionRulesChanged) as exc:
+        # The plan's page again, saying why, with the refusal's status (403 for the floor,
+        # approvals/identity/requester.py; 409 decision-rules-changed when the rules in
+        # force would give the plan another requirement): nothing changed, and the page
+        # shows the plan as it is. An HTMX request gets the page's fragment, alike.
         messages.error(request, page_error(exc))
         response = plan_detail.__wrapped__(request, plan_id=plan_id)  # past require_GET
-        response.status_code = 403
+        response.status_code = exc.status
         return response
     if break_glass:
         messages.warning(
