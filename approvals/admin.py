@@ -27,6 +27,10 @@ from .models import (
     SessionGrant,
 )
 
+# The admin's own names, not Django's ("Django administration").
+admin.site.site_header = _("Countersign administration")
+admin.site.site_title = _("Countersign admin")
+
 
 @admin.register(Plan)
 class PlanAdmin(ReadOnlyAdmin):

@@ -656,6 +656,9 @@ class OidcIdentity(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["issuer", "subject"], name="oidc_identity_unique")
         ]
+        # Said in full: Django's own would be "Oidc identitys".
+        verbose_name = _("single sign-on identity")
+        verbose_name_plural = _("single sign-on identities")
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.issuer}"
