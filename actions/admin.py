@@ -904,8 +904,10 @@ class VaultStateAdmin(admin.ModelAdmin):
         return False
 
     def changelist_view(self, request, extra_context=None):
-        # The singleton row exists from the first visit, so the actions have a target.
-        VaultState.objects.get_or_create(id=VaultState.SINGLETON_ID)
+        # The singleton row exists from the first visit, so the actions have a target;
+        # made only for someone who may see it (the others get the admin's 403).
+        if self.has_view_or_change_permission(request):
+            VaultState.objects.get_or_create(id=VaultState.SINGLETON_ID)
         return super().changelist_view(request, extra_context)
 
     @admin.action(description="Lock the vault (refuse every execution)", permissions=["change"])

@@ -347,7 +347,7 @@ def test_the_demo_people_decide_every_demo_plan_and_are_not_superusers(
     users = get_user_model().objects
     first, second = users.get(username="reviewer"), users.get(username="reviewer2")
     for user in (first, second):
-        assert not user.is_superuser and user.is_staff
+        assert not user.is_superuser and not user.is_staff
         assert set(user.groups.values_list("name", flat=True)) == {
             "reviewers",
             "billing-approvers",

@@ -5,34 +5,35 @@ import secrets
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from actions.models import Action, Agent, Connector, Credential
 from actions.services import agent_create, credential_set
 from actions.tokens import new_token
-from approvals.services import reviewers_group_ensure
+from approvals.roles import REVIEWER, ROLES, role_grant
 
 # The groups demo/catalog.yaml's decision rules name; both demo people are in both.
 DEMO_GROUPS = ("billing-approvers", "support-leads")
 
 
 def _demo_person(username: str, password: str, groups: tuple[str, ...]):
-    """A demo reviewer in the decision rules' groups, who may also use the admin for the
-    catalog and approvals apps. Not a superuser: a superuser decides nothing by being
-    one (docs/security.md, "Who decides")."""
+    """A demo reviewer in the decision rules' groups, and a reviewer only: no admin
+    (not staff, no permission of their own), so that they never administer what they
+    approve (approvals/roles.py). Not a superuser: a superuser decides nothing by being
+    one (docs/security.md, "Who decides"). A run over an older demo database takes back
+    what earlier demos gave them."""
     user, _ = get_user_model().objects.get_or_create(username=username)
     user.set_password(password)
-    user.is_staff = True
+    user.is_staff = False
     user.is_superuser = False
     user.save()
-    user.groups.add(reviewers_group_ensure()[0])
+    user.user_permissions.clear()
+    user.groups.remove(*Group.objects.filter(name__in=[r.group for r in ROLES.values()]))
+    role_grant(username=username, role=REVIEWER.name, actor="demo_setup")
     for name in groups:
         user.groups.add(Group.objects.get_or_create(name=name)[0])
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label__in=["actions", "approvals"])
-    )
     return user
 
 
