@@ -54,6 +54,7 @@ class Statement:
     text: str
     line: int
     end_line: int
+    column: int = 1  # where its text starts on its first line
 
 
 def split_statements(text: str) -> list[Statement]:
@@ -95,7 +96,10 @@ def split_statements(text: str) -> list[Statement]:
 def _statement(text: str, index: int, start: int, end: int) -> Statement:
     line = text.count("\n", 0, start) + 1
     body = text[start:end]
-    return Statement(index=index, text=body, line=line, end_line=line + body.count("\n"))
+    column = start - (text.rfind("\n", 0, start) + 1) + 1
+    return Statement(
+        index=index, text=body, line=line, end_line=line + body.count("\n"), column=column
+    )
 
 
 # --- one policy --------------------------------------------------------------------------
@@ -169,59 +173,65 @@ def parse_require(value: Any) -> list[dict[str, Any]]:
 
 def _policy_from(
     statement: Statement, part: str, origin: str, item: int | None
-) -> tuple[Policy | None, list[str]]:
-    """The policy a statement holds, with what is wrong with its annotations; (None,
-    [syntax error]) when Cedar cannot parse it."""
+) -> tuple[Policy | None, list[tuple[str, str]]]:
+    """The policy a statement holds, with what is wrong with its annotations, each with
+    the annotation it is about ("" for the policy as a whole); (None, [(syntax error,
+    "")]) when Cedar cannot parse it."""
     try:
         est = json.loads(cedarpy.policies_to_json_str(statement.text))
     except ValueError as exc:
-        return None, [str(exc)]
+        return None, [(str(exc), "")]
     policies = list((est.get("staticPolicies") or {}).values())
     if est.get("templates"):
         return None, [
-            "templates (?principal, ?resource) are not supported: name the policy's scope"
+            ("templates (?principal, ?resource) are not supported: name the policy's scope", "")
         ]
     if len(policies) != 1:  # pragma: no cover - one statement is one policy
-        return None, ["expected one policy"]
+        return None, [("expected one policy", "")]
     body = policies[0]
     annotations = body.get("annotations") or {}
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     policy_id = annotations.get("id")
     if policy_id is None or not POLICY_ID.fullmatch(str(policy_id)):
         problems.append(
-            '@id("a-name") is required: a lowercase slug, naming the policy wherever it decides'
+            (
+                '@id("a-name") is required: a lowercase slug, naming the policy wherever it '
+                "decides",
+                "",
+            )
             if policy_id is None
-            else f"@id({json.dumps(policy_id)}) is not a lowercase slug (letters, digits, - and _)"
+            else (
+                f"@id({json.dumps(policy_id)}) is not a lowercase slug (letters, digits, - and _)",
+                "id",
+            )
         )
-    unknown = sorted(set(annotations) - ANNOTATIONS)
-    if unknown:
-        problems.append(
-            "unknown annotation "
-            + ", ".join(f"@{a}" for a in unknown)
-            + " (known: "
-            + ", ".join(f"@{a}" for a in sorted(ANNOTATIONS))
-            + ")"
-        )
+    known = ", ".join(f"@{a}" for a in sorted(ANNOTATIONS))
+    # One problem each, so that each points at the line the annotation is on.
+    for name in sorted(set(annotations) - ANNOTATIONS):
+        problems.append((f"unknown annotation @{name} (known: {known})", name))
     effect = body["effect"]
     clauses: list[dict[str, Any]] = []
     if effect == "permit":
         if ("approve" in annotations) == ("require" in annotations):
             problems.append(
-                "a permit says what it allows: @approve (no person needed) or "
-                '@require("group") (who must approve), exactly one of them'
+                (
+                    "a permit says what it allows: @approve (no person needed) or "
+                    '@require("group") (who must approve), exactly one of them',
+                    "approve" if "approve" in annotations else "",
+                )
             )
         if "require" in annotations:
             try:
                 clauses = parse_require(annotations["require"])
             except ValueError as exc:
-                problems.append(f"@require: {exc}")
+                problems.append((f"@require: {exc}", "require"))
     else:
         for name in ("approve", "require"):
             if name in annotations:
-                problems.append(f"a forbid refuses: @{name} is for permits")
+                problems.append((f"a forbid refuses: @{name} is for permits", name))
     reason = annotations.get("reason")
     if reason is not None and len(str(reason)) > MAX_REASON_CHARS:
-        problems.append(f"@reason is at most {MAX_REASON_CHARS} characters")
+        problems.append((f"@reason is at most {MAX_REASON_CHARS} characters", "reason"))
     policy = Policy(
         id=str(policy_id or ""),
         effect=effect,
@@ -392,12 +402,235 @@ def _line_of_word(statement: Statement, word: str) -> int:
     return statement.line
 
 
+# --- where in a statement a problem is -----------------------------------------------------
+#
+# Cedar's validator names the policy and the kind of error, never a position or the
+# expression it is about; these find them in the statement's own text.
+
+
+def _masked(text: str) -> str:
+    """``text`` with its ``//`` comments blanked (same length, same lines): a word in a
+    comment is never taken for the code."""
+    out = list(text)
+    i, n = 0, len(text)
+    in_string = False
+    while i < n:
+        char = text[i]
+        if in_string:
+            if char == "\\":
+                i += 2
+                continue
+            if char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == "/" and text.startswith("//", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            out[i:end] = " " * (end - i)
+            i = end
+            continue
+        i += 1
+    return "".join(out)
+
+
+def _position(statement: Statement, offset: int) -> tuple[int, int]:
+    """The 1-based line and column, in the whole text, of ``offset`` in the statement."""
+    before = statement.text[:offset]
+    newline = before.rfind("\n")
+    if newline < 0:
+        return statement.line, statement.column + offset
+    return statement.line + before.count("\n"), offset - newline
+
+
+def _annotation_line(statement: Statement, name: str) -> int:
+    """The line ``@name`` is written on (the statement's first line if it is not found)."""
+    if name:
+        found = re.search(rf"@{re.escape(name)}(?![A-Za-z0-9_])", _masked(statement.text))
+        if found:
+            return _position(statement, found.start())[0]
+    return statement.line
+
+
+_GROUP_CHAR = r"A-Za-z0-9_.@+-"
+
+
+def _group_line(statement: Statement, group: str) -> int:
+    """The line of the ``@require`` naming ``group``."""
+    masked = _masked(statement.text)
+    for found in re.finditer(r'@require\s*\(\s*"', masked):
+        end = masked.find('"', found.end())
+        inner = masked[found.end() : end if end >= 0 else len(masked)]
+        named = re.search(rf"(?<![{_GROUP_CHAR}]){re.escape(group)}(?![{_GROUP_CHAR}])", inner)
+        if named:
+            return _position(statement, found.end() + named.start())[0]
+    return _annotation_line(statement, "require")
+
+
+# Type errors: the smallest part of a condition the validator refuses alone, found by
+# validating its parts one by one (``part == part`` keeps each part's own typing). Bounded:
+# at most this many validations for one check of a set, then the policy's line is given.
+MAX_PROBES = 2000
+_EXPRESSION_KEYS = ("left", "right", "arg", "if", "then", "else")
+_OPERATORS = {
+    "==": "==",
+    "!=": "!=",
+    "<": "<",
+    "<=": "<=",
+    ">": ">",
+    ">=": ">=",
+    "+": "+",
+    "-": "-",
+    "*": "*",
+    "&&": "&&",
+    "||": "||",
+    "if-then-else": "if",
+}
+
+
+def _children(expression: Any) -> list[dict[str, Any]]:
+    if not isinstance(expression, dict) or len(expression) != 1:
+        return []
+    ((op, argument),) = expression.items()
+    if op in ("Value", "Var", "Slot"):
+        return []
+    if op == "Record" and isinstance(argument, dict):
+        return [v for v in argument.values() if isinstance(v, dict)]
+    if isinstance(argument, list):  # a set, a function or method's arguments
+        return [v for v in argument if isinstance(v, dict)]
+    if isinstance(argument, dict):
+        return [argument[k] for k in _EXPRESSION_KEYS if isinstance(argument.get(k), dict)]
+    return []
+
+
+def _path(expression: Any) -> tuple[str, ...] | None:
+    """``context.input.amount`` as ("context", "input", "amount"), or None."""
+    if not isinstance(expression, dict):
+        return None
+    if isinstance(expression.get("Var"), str):
+        return (expression["Var"],)
+    access = expression.get(".")
+    if isinstance(access, dict) and isinstance(access.get("attr"), str):
+        base = _path(access.get("left"))
+        return (*base, access["attr"]) if base else None
+    return None
+
+
+def _fields(expression: Any) -> list[tuple[str, ...]]:
+    """The attributes an expression reads, outermost accesses only, in order."""
+    out: list[tuple[str, ...]] = []
+
+    def walk(node: Any) -> None:
+        path = _path(node) if isinstance(node, dict) and "." in node else None
+        if path:
+            if path not in out:
+                out.append(path)
+            return
+        for child in _children(node):
+            walk(child)
+
+    walk(expression)
+    return out
+
+
+def _field_text(path: tuple[str, ...]) -> str:
+    head, *rest = path
+    return head + "".join(
+        f".{name}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f"[{json.dumps(name)}]"
+        for name in rest
+    )
+
+
+def _field_pattern(path: tuple[str, ...]) -> re.Pattern[str]:
+    head, *rest = path
+    pattern = rf"(?<![A-Za-z0-9_.]){re.escape(head)}"
+    for name in rest:
+        pattern += (
+            rf"\s*(?:\.\s*{re.escape(name)}(?![A-Za-z0-9_])"
+            rf"|\[\s*{re.escape(json.dumps(name))}\s*\])"
+        )
+    return re.compile(pattern)
+
+
+@dataclass
+class _Probe:
+    schema: cedarpy.Schema
+    budget: int = MAX_PROBES
+
+    def refuses(self, body: Mapping[str, Any], expression: Any, message: str) -> bool:
+        """Whether the validator gives ``message`` for ``expression`` alone, in the
+        policy's scope."""
+        if self.budget <= 0:
+            return False
+        self.budget -= 1
+        probe = {k: v for k, v in body.items() if k not in ("conditions", "annotations")}
+        probe["conditions"] = [
+            {"kind": "when", "body": {"==": {"left": expression, "right": expression}}}
+        ]
+        document = {"staticPolicies": {"policy0": probe}, "templates": {}, "templateLinks": []}
+        try:
+            text = cedarpy.policies_from_json_str(json.dumps(document))
+        except (ValueError, TypeError):
+            return False
+        errors = cedarpy.validate_policies(text, self.schema).errors
+        return any(_FOR_POLICY.sub("", e.error) == message for e in errors)
+
+    def sites(self, body: Mapping[str, Any], message: str) -> list[dict[str, Any]]:
+        """The smallest parts of the policy's conditions that give ``message`` alone."""
+
+        def smallest(expression: dict[str, Any]) -> list[dict[str, Any]]:
+            refused = [c for c in _children(expression) if self.refuses(body, c, message)]
+            if not refused:
+                return [expression]
+            return [site for child in refused for site in smallest(child)]
+
+        found: list[dict[str, Any]] = []
+        for condition in body.get("conditions") or []:
+            expression = condition.get("body") if isinstance(condition, dict) else None
+            if isinstance(expression, dict) and self.refuses(body, expression, message):
+                found += smallest(expression)
+        return found
+
+
+def _type_error_places(
+    statement: Statement, body: Mapping[str, Any], message: str, probe: _Probe
+) -> list[tuple[int, str]]:
+    """(line, message naming the field and its column) for each place of the policy
+    that gives the validator's ``message``; [] when none is found."""
+    masked = _masked(statement.text)
+    places: list[tuple[int, str]] = []
+    for site in probe.sites(body, message):
+        fields = _fields(site)
+        if not fields:
+            continue
+        offsets = [m.start() for m in _field_pattern(fields[0]).finditer(masked)]
+        if not offsets:
+            continue
+        symbol = _OPERATORS.get(next(iter(site)), next(iter(site)))
+        if len(offsets) > 1:
+            # The same field read twice: the place whose line also holds the operator.
+            near = [o for o in offsets if symbol in _line_around(masked, o)]
+            offsets = near or offsets
+        line, column = _position(statement, offsets[0])
+        named = ", ".join(f"`{_field_text(f)}`" for f in fields)
+        places.append((line, f"{message}, where the policy reads {named} (column {column})"))
+    return places
+
+
+def _line_around(text: str, offset: int) -> str:
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    return text[start : end if end >= 0 else len(text)]
+
+
 @dataclass
 class CheckedSet:
     """Policies read from some texts, with every problem found."""
 
     policies: list[Policy] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # Each policy's statement (by id()), for the checks of the whole set to find lines.
+    statements: dict[int, Statement] = field(default_factory=dict, repr=False)
 
 
 def check_texts(
@@ -419,6 +652,7 @@ def check_texts(
     checked = CheckedSet()
     if schema is None:
         schema = cedarpy.Schema.from_json_str(json.dumps(cedar_schema(types)))
+    probe = _Probe(schema)
     for part, item, text, origin in texts:
 
         def problem(line: int | None, message: str, part=part, item=item, origin=origin) -> None:
@@ -434,7 +668,7 @@ def check_texts(
             policy, problems = _policy_from(statement, part, origin, item)
             if policy is None:
                 syntax_ok = False
-                message = problems[0]
+                message = problems[0][0]
                 line = (
                     _syntax_line(statement, message)
                     if not message.startswith("templates")
@@ -453,9 +687,10 @@ def check_texts(
                     problem(line, _syntax_message(message))
                 continue
             named = f"policy {policy.id}: " if POLICY_ID.fullmatch(policy.id) else ""
-            for message in problems:
-                problem(statement.line, named + message)
+            for message, annotation in problems:
+                problem(_annotation_line(statement, annotation), named + message)
             checked.policies.append(policy)
+            checked.statements[id(policy)] = statement
             found_here[statement.index] = policy
         if not syntax_ok or not statements:
             continue
@@ -472,11 +707,18 @@ def check_texts(
             policy_id = found_here[index].id if index in found_here else ""
             named = f"policy {policy_id}: " if POLICY_ID.fullmatch(policy_id) else ""
             for message, word in messages:
-                line = _line_of_word(statement, word) if statement is not None else None
-                if (line or 0, message) in seen:
-                    continue
-                seen.add((line or 0, message))
-                problem(line, named + message)
+                places: list[tuple[int | None, str]] = []
+                if not word and statement is not None and index in found_here:
+                    # No word to look for (a type error): find the expression itself.
+                    places += _type_error_places(statement, found_here[index].est, message, probe)
+                if not places:
+                    line = _line_of_word(statement, word) if statement is not None else None
+                    places = [(line, message)]
+                for line, text_said in places:
+                    if (line or 0, text_said) in seen:
+                        continue
+                    seen.add((line or 0, text_said))
+                    problem(line, named + text_said)
     _check_groups(checked, groups_existing)
     _check_ids(checked)
     if len(checked.policies) > MAX_POLICIES:
@@ -494,11 +736,12 @@ def _check_groups(checked: CheckedSet, groups_existing) -> None:
         return
     known = groups_existing(wanted) if callable(groups_existing) else groups_existing
     for policy in checked.policies:
+        statement = checked.statements.get(id(policy))
         for group in sorted({t["group"] for c in policy.require for t in c["any_of"]} - known):
             checked.problems.append(
                 Problem(
                     policy.part,
-                    policy.line,
+                    _group_line(statement, group) if statement else policy.line,
                     f"policy {policy.id}: @require: unknown group {group!r} (create it, or "
                     "declare it in policies.groups or reviewers.groups)",
                     policy.item,

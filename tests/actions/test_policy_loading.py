@@ -188,16 +188,18 @@ REFUSALS = [
         '@id("money-is-text") @require("billing-approvers")\n'
         f"permit (principal, {INVOICE_SCOPE}, resource)\n"
         'when { context.before.amount == "120.00" };',
-        '@id("money-is-text")',
-        "policy money-is-text: the types String and decimal are not compatible",
+        "context.before.amount ==",
+        "policy money-is-text: the types String and decimal are not compatible, where the "
+        "policy reads `context.before.amount` (column 8)",
     ),
     (
         "string-as-number",
         '@id("ids-are-text") @require("billing-approvers")\n'
         f"permit (principal, {INVOICE_SCOPE}, resource)\n"
         "when { context.input.invoice_id > 3 };",
-        '@id("ids-are-text")',
-        "policy ids-are-text: unexpected type: expected Long but saw String",
+        "context.input.invoice_id >",
+        "policy ids-are-text: unexpected type: expected Long but saw String, where the policy "
+        "reads `context.input.invoice_id` (column 8)",
     ),
     (
         "optional-field",
