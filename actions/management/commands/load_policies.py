@@ -71,8 +71,9 @@ class Command(BaseCommand):
                 "whole catalog (manage.py load_catalog)",
                 _key_line(text, key),
             )
-            for key in sorted(set(document) - KEYS, key=str)
+            for key in set(document) - KEYS
         ]
+        problems.sort(key=lambda p: p.line or 0)
         if "policies" not in document:
             problems.append(
                 CatalogProblem("", "no policies: section (an empty set is policies: {})", 1)
