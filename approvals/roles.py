@@ -14,7 +14,8 @@ reviewer role and an administering one to the same person. The admin roles need
 ``is_staff`` (the admin's own door), which ``role_grant`` sets; a reviewer is never made
 staff by it. ``roles_ensure`` makes the groups and keeps their permissions exactly as
 listed here, whatever was added or removed by hand (the one allowance: an administrator
-may take ``approvals.view_plan`` from the reviewers, see reviewers_group_ensure).
+may take ``approvals.view_plan`` from the reviewers, see reviewers_group_ensure, which
+also refuses to add a reviewer to a group that may administer).
 Superusers hold every permission and decide nothing by being one (docs/security.md).
 """
 
@@ -30,7 +31,7 @@ from django.db.models import Q
 from actions.lib.audit import audit_record
 from actions.lib.exceptions import InvalidInput, NotAllowed, NotFound
 
-from .services import REVIEWERS_GROUP, reviewers_group_ensure
+from .services import REVIEWERS_GROUP
 
 
 @dataclass(frozen=True)
@@ -114,10 +115,19 @@ def roles_ensure(*, actor: str) -> dict[str, list[str]]:
     changes: dict[str, list[str]] = {}
     with transaction.atomic():
         for role in ROLES.values():
-            if role is REVIEWER:
-                group, created = reviewers_group_ensure(name=role.group)
-            else:
-                group, created = Group.objects.get_or_create(name=role.group)
+            group, created = Group.objects.get_or_create(name=role.group)
+            if (
+                role is REVIEWER
+                and not created
+                and not group.permissions.filter(
+                    content_type__app_label="approvals", codename="review_plan"
+                ).exists()
+            ):
+                # As reviewers_group_ensure: its members would all become reviewers.
+                raise NotAllowed(
+                    f"the group {role.group!r} exists without the permission to review "
+                    "plans; grant it in the admin, or rename that group"
+                )
             wanted = set(_permissions(role.permissions))
             held = set(group.permissions.select_related("content_type"))
             optional = set(_permissions(role.optional)) if role.optional else set()

@@ -764,16 +764,32 @@ def reviewers_group_ensure(*, name: str = REVIEWERS_GROUP) -> tuple[Group, bool]
     group and whether it was made.
 
     An existing group without the permission is refused rather than given it: every
-    one of its members would become a reviewer as a side effect."""
+    one of its members would become a reviewer as a side effect. So is one that may
+    change the catalog, its agents, credentials or the vault (an ``actions`` add,
+    change or delete permission): a reviewer never administers what they approve
+    (approvals/roles.py)."""
     permission = Permission.objects.get(content_type__app_label="approvals", codename="review_plan")
     group, created = Group.objects.get_or_create(name=name)
     if created:
         view = Permission.objects.get(content_type__app_label="approvals", codename="view_plan")
         group.permissions.add(permission, view)
-    elif not group.permissions.filter(pk=permission.pk).exists():
+        return group, created
+    if not group.permissions.filter(pk=permission.pk).exists():
         raise NotAllowed(
             f"the group {name!r} exists without the permission to review plans; "
             "grant it in the admin, or choose another group"
+        )
+    administering = sorted(
+        group.permissions.filter(
+            content_type__app_label="actions",
+            codename__regex=r"^(add|change|delete)_",
+        ).values_list("codename", flat=True)
+    )
+    if administering:
+        raise NotAllowed(
+            f"the group {name!r} may also administer ({', '.join(administering)}): a "
+            "reviewer never administers what they approve; take those permissions from "
+            "it (manage.py roles does, for the reviewers group), or choose another group"
         )
     return group, created
 

@@ -226,3 +226,18 @@ def test_the_admin_says_its_own_names(admin_client):
     assert "Countersign administration" in page and "Django administration" not in page
     assert "Single sign-on identities" in page
     assert "identitys" not in page.lower() and "Oidc" not in page
+
+
+def test_no_reviewer_is_added_to_a_group_that_administers(db):
+    from approvals.services import reviewer_create
+
+    leads = Group.objects.create(name="leads")
+    leads.permissions.add(
+        Permission.objects.get(codename="review_plan"),
+        Permission.objects.get(codename="change_vaultstate"),
+    )
+    with pytest.raises(NotAllowed, match=r"may also administer \(change_vaultstate\)"):
+        reviewer_create(
+            username="lee", password="a-long-pass-phrase-42", group="leads", actor="test"
+        )
+    assert not get_user_model().objects.filter(username="lee").exists()
