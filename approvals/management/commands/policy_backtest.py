@@ -94,6 +94,7 @@ class Command(BaseCommand):
                 progress=progress,
                 progress_pages=options["progress_pages"],
                 source=found.source,
+                parts=found.parts,
             )
         except BacktestRefused as exc:
             raise CommandError(str(exc)) from None
