@@ -400,3 +400,23 @@ def test_the_admin_report_opens_with_the_changes_then_what_the_draft_loosens(
     assert f'data-refused="{record.id}"' in refused_part
     assert "approve with no person" in refused_part and "freeze" in refused_part
     assert "<style" not in html and " style=" not in html
+
+
+def test_seeded_refused_submissions_are_replayed_a_page_at_a_time(make_plan, catalog):
+    """demo/history.py's seed_refused (B8's history) clones refused submissions over a
+    window; the backtest reads them in keyset pages, and the page size changes nothing."""
+    from demo.history import seed_refused
+
+    in_force(ROUTINE, FREEZE)
+    templates = [refused(make_plan, input=routine(1)), refused(make_plan, input=elsewhere(1))]
+    RefusedSubmission.objects.filter(id__in=[t.id for t in templates]).update(
+        created_at=timezone.now() - timedelta(days=30)  # outside the window
+    )
+    assert seed_refused(7, templates=templates, days=0.5) == 7
+    whole = report_of(draft(ROUTINE), page_size=500)
+    paged = report_of(draft(ROUTINE), page_size=2)
+    assert whole["read"]["refused_pages"] == 1 and paged["read"]["refused_pages"] == 4
+    assert whole["refused_let_through"] == paged["refused_let_through"]
+    assert whole["refused_let_through"]["read"] == 7
+    assert whole["refused_let_through"]["by_draft"] == {"approve": 4, "review": 3, "refuse": 0}
+    assert report_of(draft(ROUTINE, FREEZE))["refused_let_through"]["count"] == 0
