@@ -10,10 +10,12 @@ A draft is given as
   (its actions as the file would define them);
 * text (the admin's backtest page): the enforce part.
 
-It is checked as a load checks it — Cedar, the annotations, the catalog's types, the
-groups an ``@require`` names (a group that does not exist is refused with the load's
-message; a catalog file may declare it in ``policies.groups``) — and refused with every
-problem, each with the file and line it is on (``DraftRefused``).
+It is checked as a load checks it — Cedar, the annotations, the catalog's types — and
+refused with every problem, each with the file and line it is on (``DraftRefused``).
+For a backtest (``check_groups``) the groups an ``@require`` names are checked too, as a
+load checks them: one that does not exist is refused with the load's message (a catalog
+file may declare it in ``policies.groups``, and is always checked so). ``policy_test``
+leaves them unchecked, so that a policy's cases run in CI on an empty database.
 
 ``policy_set_changes`` says what a draft changes against the set in force: the policies
 added, removed and changed, by id, in each part the draft gives (a catalog file gives
@@ -91,9 +93,12 @@ def problem_text(problem: Problem) -> str:
     )
 
 
-def draft_read(paths: Sequence[str | Path], *, actions: Mapping | None = None) -> Draft:
+def draft_read(
+    paths: Sequence[str | Path], *, actions: Mapping | None = None, check_groups: bool = False
+) -> Draft:
     """The draft in ``paths``: ``.cedar`` files and directories of them, or one catalog
-    file. DraftRefused when it cannot be read or does not hold."""
+    file. DraftRefused when it cannot be read or does not hold (``check_groups``: nor
+    when an ``@require`` names a group that does not exist)."""
     stored = stored_actions() if actions is None else dict(actions)
     paths = [Path(p) for p in paths]
     if not paths:
@@ -120,17 +125,21 @@ def draft_read(paths: Sequence[str | Path], *, actions: Mapping | None = None) -
         raise DraftRefused(f"at most {MAX_DRAFT_FILES} policy files in a draft")
     texts = [(str(p), _read(p)) for p in files]
     return Draft(
-        compiled=draft_compile(texts, actions=stored),
+        compiled=draft_compile(texts, actions=stored, check_groups=check_groups),
         actions=stored,
         source=", ".join(str(p) for p in paths),
     )
 
 
 def draft_compile(
-    texts: Sequence[tuple[str, str]], *, actions: Mapping[str, Mapping[str, Any]]
+    texts: Sequence[tuple[str, str]],
+    *,
+    actions: Mapping[str, Mapping[str, Any]],
+    check_groups: bool = False,
 ) -> CompiledPolicies:
     """The enforce part made of ``texts`` ((origin, Cedar text), in order), checked
-    against ``actions`` with each problem's origin and line, and compiled."""
+    against ``actions`` (and, with ``check_groups``, the groups there are) with each
+    problem's origin and line, and compiled."""
     for origin, text in texts:
         if len(text) > MAX_TEXT_CHARS:
             raise DraftRefused(
@@ -139,7 +148,7 @@ def draft_compile(
     checked = check_texts(
         [(ENFORCE, i, text, origin) for i, (origin, text) in enumerate(texts)],
         types=catalog_types(actions),
-        groups_existing=groups_existing,
+        groups_existing=groups_existing if check_groups else None,
     )
     if checked.problems:
         raise DraftRefused("the policies are refused:", [problem_text(p) for p in checked.problems])

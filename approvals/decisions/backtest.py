@@ -860,8 +860,9 @@ def policy_backtest_request(
 ) -> PolicyBacktest:
     """A backtest of ``draft_text`` (Cedar, the enforce part) over [since, until), to be
     run by a worker (``approvals.policy_backtest``). DraftRefused when the draft does not
-    hold, with each problem's line, before anything is stored."""
-    compiled = draft_compile([(origin, draft_text)], actions=stored_actions())
+    hold (an ``@require`` naming a group that does not exist included), with each
+    problem's line, before anything is stored."""
+    compiled = draft_compile([(origin, draft_text)], actions=stored_actions(), check_groups=True)
     if since >= until:
         raise BacktestRefused("the window is empty: since must come before until")
     with transaction.atomic():
