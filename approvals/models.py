@@ -717,3 +717,52 @@ class PolicyBacktest(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("admin:approvals_policybacktest_change", args=[self.id])
+
+
+class RefusedSubmission(models.Model):
+    """A submission a policy refused (``forbid``), kept so that a backtest can show what a
+    draft would let through (approvals/decisions/refusals.py, backtest.py).
+
+    It is what the policies judged, never a plan: no status, no fingerprint, no approval
+    and no write request, so nothing can queue, approve or execute it; no page or list of
+    plans reads this table. Kept ``COUNTERSIGN_REFUSED_RETENTION_DAYS`` days, then the
+    sweeper deletes it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    action = models.ForeignKey(Action, on_delete=models.PROTECT, related_name="+")
+    action_version = models.PositiveIntegerField()
+    action_digest = models.CharField(max_length=64)
+    consequence_class = models.CharField(max_length=16, choices=ConsequenceClass.choices)
+    # The action wanted passkey-signed approvals: a draft's @approve would be a review.
+    signed_approval = models.BooleanField(default=False)
+    # What the policies were given: the normalized input and the preview.
+    input = models.JSONField()
+    target = models.JSONField()
+    before = models.JSONField(null=True)
+    after = models.JSONField(null=True)
+    changes = models.JSONField(default=list)
+    requester = models.JSONField(null=True, blank=True)
+    # What refused it: the forbids that held, their reason, the set (hash and version),
+    # and the two facts that change with time, as the policies saw them.
+    policies = models.JSONField(default=list)
+    refusal = models.TextField(blank=True)
+    set_hash = models.CharField(max_length=64)
+    set_version = models.PositiveIntegerField(default=0)
+    evaluated_at = models.DateTimeField()
+    rate_hour = models.PositiveIntegerField(default=0)
+    rate_day = models.PositiveIntegerField(default=0)
+    shadow = models.JSONField(default=dict, blank=True)
+    # The submission's correlation id: its log lines and its plan.refused audit event.
+    correlation_id = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # The backtest's keyset pages over a window, and the sweeper's oldest first.
+            models.Index(fields=["created_at", "id"], name="refused_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"refused {self.id}"

@@ -61,6 +61,7 @@ from actions.spec import TemplateError
 
 from .decisions.policies import MODE as POLICY_MODE
 from .decisions.policies import POLICY_PART, Evaluated, policy_submission, shadow_disagrees
+from .decisions.refusals import refused_submission_record
 from .decisions.requirements import (
     approval_alone_meets,
     approvals_count,
@@ -287,6 +288,15 @@ def _plan_policies(
         )
     except PolicyRefused as exc:
         POLICY_DECISIONS.labels(outcome="refuse", part="enforce").inc()
+        # Kept for backtests, committed before the refusal is raised; never a plan.
+        refused = refused_submission_record(
+            agent=agent,
+            action=action,
+            values=values,
+            preview=preview,
+            requester=requester,
+            refusal=exc,
+        )
         _refuse(
             agent,
             action,
@@ -295,6 +305,7 @@ def _plan_policies(
             extra={
                 "policies": exc.policies,
                 "set": exc.set_hash,
+                "refused_submission": str(refused.id),
                 **({"shadow": _shadow_record(exc.shadow)} if exc.shadow else {}),
             },
         )

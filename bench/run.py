@@ -1144,6 +1144,16 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
 # --- B8 backtest ----------------------------------------------------------------------------
 
 B8_PER_DAY = 20_000 / 6  # plans a day in the seeded history, the same at every size
+# Refused submissions beside the plans, as a share of the plans (a forbid refuses about
+# one proposal in twenty): the backtest replays them too.
+B8_REFUSED_SHARE = 0.05
+B8_FREEZE = (
+    '@id("bench-freeze")\n'
+    '@reason("no email change to this domain")\n'
+    'forbid (principal, action == Action::"update_contact_email", resource)\n'
+    'when { context.email_domains["/email"] has after &&\n'
+    '       context.email_domains["/email"].after == "frozen.example" };\n'
+)
 
 
 def b8_templates(d: Deployment) -> list:
@@ -1191,6 +1201,50 @@ def b8_templates(d: Deployment) -> list:
     return templates
 
 
+def b8_refused_templates(d: Deployment) -> list:
+    """Three refused submissions to clone, refused through the service by the demo's
+    policies and one more forbid (``bench-freeze``, which the draft does not have): a
+    VIP's deletion (the draft refuses it again), and two email changes to the frozen
+    domain (the draft lets them through: one to people, one, within the contact's
+    domain, to routine-email's automatic yes)."""
+    import httpx
+    import yaml
+
+    from actions.catalog import load_catalog
+    from actions.lib.exceptions import PolicyRefused
+    from actions.models import Agent
+    from approvals.models import RefusedSubmission
+    from approvals.services import plan_submit
+    from bench.policies import demo_sections, policies_section
+
+    agent = Agent.objects.get(name="bench-history")
+    plain, frozen = d.contacts(2)
+    httpx.post(
+        d.upstream_url + "/_demo/mutate",
+        json={"path": f"/contacts/{frozen}", "patch": {"email": f"{frozen}@frozen.example"}},
+        timeout=10,
+    ).raise_for_status()
+    proposals = [
+        ("delete_contact", {"contact_id": "c-1001"}),
+        ("update_contact_email", {"contact_id": plain, "email": f"moved.{plain}@frozen.example"}),
+        ("update_contact_email", {"contact_id": frozen, "email": f"new.{frozen}@frozen.example"}),
+    ]
+    demo = demo_sections(ROOT / "demo" / "catalog.yaml")
+    document = {"version": 1, **demo, "policies": policies_section(demo, B8_FREEZE)}
+    load_catalog(yaml.safe_dump(document), source="bench", base_dir=ROOT / "demo")
+    seen = set(RefusedSubmission.objects.values_list("id", flat=True))
+    try:
+        for name, values in proposals:
+            try:
+                plan_submit(agent=agent, action_name=name, input=values, reason="bench refused")
+            except PolicyRefused:
+                continue
+            raise RuntimeError(f"B8: {name} {values} was not refused")
+    finally:
+        b1_extra(d, None)
+    return list(RefusedSubmission.objects.exclude(id__in=seen).order_by("created_at"))
+
+
 def b8_backtest(d: Deployment, sizes: Sizes) -> dict:
     """Seed histories of each size (demo/history.py, COPY) in windows of their own, well
     before anything else in the database, at the same plans per day; then run
@@ -1200,9 +1254,10 @@ def b8_backtest(d: Deployment, sizes: Sizes) -> dict:
     from django.db import connection
     from django.utils import timezone
 
-    from demo.history import seed_plans
+    from demo.history import seed_plans, seed_refused
 
     templates = b8_templates(d)
+    refused_templates = b8_refused_templates(d)
     # Before B4's history (spread over the last 365 days), one window after the other.
     end = timezone.now() - timedelta(days=400)
     runs = []
@@ -1210,10 +1265,13 @@ def b8_backtest(d: Deployment, sizes: Sizes) -> dict:
         days = n / B8_PER_DAY
         say(f"B8 seeding {n:,} plans over {days:.1f} days")
         seed_plans(n, templates=templates, end=end, days=days, events_per_plan=0)
+        refused = round(n * B8_REFUSED_SHARE)
+        seed_refused(refused, templates=refused_templates, end=end, days=days)
         since, until = end - timedelta(days=days, minutes=2), end
         end = since - timedelta(days=3)
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE approvals_plan")
+            cursor.execute("VACUUM ANALYZE approvals_refusedsubmission")
         say(f"B8 backtest over {n:,} plans")
         runs.append(b8_run(d, n, since, until))
         say(
@@ -1224,6 +1282,7 @@ def b8_backtest(d: Deployment, sizes: Sizes) -> dict:
     return {
         "runs": runs,
         "plans_per_day": B8_PER_DAY,
+        "refused_share": B8_REFUSED_SHARE,
         "rss_ratio": large["peak_rss_kb"] / max(small["peak_rss_kb"], 1),
         "seconds": large["seconds"],
         "plans": large["plans"],
@@ -1272,6 +1331,9 @@ def b8_run(d: Deployment, n: int, since: datetime, until: datetime) -> dict:
         "requirement_changes": report["requirement_changes"]["count"],
         "rate_counted": report["totals"]["rate_counted"],
         "errors": report["errors"]["plans"],
+        "new_approvals": report["new_approvals"]["count"],
+        "refused_read": report["refused_let_through"]["read"],
+        "refused_let_through": report["refused_let_through"]["count"],
     }
 
 

@@ -521,6 +521,10 @@ COUNTERSIGN_EXECUTION_LEASE_SECONDS = env_float("COUNTERSIGN_EXECUTION_LEASE_SEC
 COUNTERSIGN_RECORD_RETRY_SECONDS = env_float("COUNTERSIGN_RECORD_RETRY_SECONDS", 60.0)
 # The longest a session grant may last (seconds); a longer one is refused when made.
 COUNTERSIGN_GRANT_MAX_SECONDS = env_int("COUNTERSIGN_GRANT_MAX_SECONDS", 8 * 3600)
+# Submissions a policy refused are kept this many days for backtests, then the sweeper
+# deletes them (at most COUNTERSIGN_REFUSED_PURGE_BATCH a sweep; plans are not purged).
+COUNTERSIGN_REFUSED_RETENTION_DAYS = env_int("COUNTERSIGN_REFUSED_RETENTION_DAYS", 90)
+COUNTERSIGN_REFUSED_PURGE_BATCH = env_int("COUNTERSIGN_REFUSED_PURGE_BATCH", 5000)
 
 # --- Notifications (plans awaiting a decision; see approvals.notifications) -------------
 # Django's mailers: SMTP when COUNTERSIGN_EMAIL_HOST is set or in production (a local

@@ -24,6 +24,10 @@ What it writes (PostgreSQL: ``COPY``; other databases: ``bulk_create``):
   numbered and hashed as the application writes them, so the sealer signs them like any
   other and ``manage.py verify_audit`` passes afterwards.
 
+``seed_refused(n, templates=…)`` writes ``n`` refused submissions (``RefusedSubmission``:
+what a policy refused at submission, kept for backtests) the same way, cloned from real
+ones in turn and spread over the same days (B8: about 5% of the history).
+
 Rows go in chunks (``chunk`` plans per transaction), so a million plans do not need a
 million-row transaction. Seeded rows are ordinary rows; nothing marks them, so seed a
 scratch database.
@@ -155,6 +159,68 @@ def seed_plans(
         done += len(batch)
         if progress:
             progress(done)
+    return done
+
+
+def seed_refused(
+    n: int,
+    *,
+    templates,
+    days: float = 365.0,
+    chunk: int = 20_000,
+    seed: int = 9,
+    end=None,
+) -> int:
+    """Insert ``n`` refused submissions cloned from ``templates`` (RefusedSubmission rows,
+    in turn), spread evenly over the ``days`` before ``end`` (default: now), each with
+    the time the policies saw equal to its own. Returns how many."""
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from approvals.models import RefusedSubmission
+
+    rng = random.Random(seed)
+    fields = list(RefusedSubmission._meta.concrete_fields)
+    json_columns = {f.column for f in fields if f.get_internal_type() == "JSONField"}
+    bases = [{f.column: getattr(t, f.attname) for f in fields} for t in templates]
+    now = end or timezone.now()
+    step = days * 86400 / max(1, n)
+    columns = [f.column for f in fields]
+    done = 0
+    while done < n:
+        batch = []
+        for i in range(done, min(n, done + chunk)):
+            created = now - timedelta(seconds=60 + i * step + rng.random() * step)
+            row = dict(bases[i % len(bases)])
+            row.update(
+                id=uuid.uuid4(),
+                correlation_id=uuid.uuid4(),
+                created_at=created,
+                evaluated_at=created,
+            )
+            batch.append(row)
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with (
+                    connection.cursor() as cursor,
+                    cursor.cursor.copy(
+                        f"COPY {RefusedSubmission._meta.db_table} ({', '.join(columns)}) FROM STDIN"
+                    ) as copy,
+                ):
+                    for row in batch:
+                        copy.write_row(
+                            [json.dumps(row[c]) if c in json_columns else row[c] for c in columns]
+                        )
+            else:
+                attnames = {f.column: f.attname for f in fields}
+                RefusedSubmission.objects.bulk_create(
+                    [
+                        RefusedSubmission(**{attnames[c]: v for c, v in row.items()})
+                        for row in batch
+                    ],
+                    batch_size=2000,
+                )
+        done += len(batch)
     return done
 
 

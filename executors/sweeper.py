@@ -15,6 +15,7 @@ from actions.lib import dispatch, logcontext
 from actions.lib.actors import SWEEPER
 from actions.lib.exceptions import InvalidTransition
 from approvals.decisions.escalations import escalations_announce
+from approvals.decisions.refusals import refused_submissions_purge
 from approvals.lifecycle import approvals_return, attempt_transition, plan_transition, plans_expire
 from approvals.models import Attempt, Heartbeat, Plan, PlanStatus
 from approvals.ops.heartbeats import heartbeat_record
@@ -34,7 +35,10 @@ def sweep(*, now=None) -> dict[str, int]:
     * looks at unsettled outcomes (pending, unknown) that are overdue are published
       again (``_overdue_looks``);
     * escalations whose time has come are announced to the group they reach
-      (approvals/decisions/escalations.py).
+      (approvals/decisions/escalations.py);
+    * refused submissions past their retention are deleted, a batch a sweep
+      (approvals/decisions/refusals.py: they are never plans, so nothing else here
+      reads them).
 
     Each run records the sweeper's heartbeat first, so a sweeper that stops running is
     seen on the dashboard and by the readiness check.
@@ -44,6 +48,7 @@ def sweep(*, now=None) -> dict[str, int]:
     report = {
         "expired": plans_expire(now=now),
         "escalated": escalations_announce(now=now),
+        "refusals_purged": refused_submissions_purge(now=now),
         "requeued": 0,
         "still_queued": 0,
         "recovered": 0,

@@ -116,7 +116,9 @@ class DecisionRulesChanged(CountersignError):
 class PolicyRefused(NotAllowed):
     """A ``forbid`` of the catalog's policies holds for the plan: refused at submission,
     with the policy's reason, before anything is stored (approvals/decisions/policies.py).
-    ``policies``: the ids of the forbids that held."""
+    ``policies``: the ids of the forbids that held; ``version``, ``at`` and ``rate``: the
+    set's version, and the time and the agent's rate (hour, day) the policies saw, when
+    the raiser gives them (the refused submission is recorded with them)."""
 
     status = 403
     type = "policy-refused"
@@ -129,6 +131,9 @@ class PolicyRefused(NotAllowed):
         policies: list[str],
         set_hash: str = "",
         shadow: dict | None = None,
+        version: int | None = None,
+        at=None,
+        rate: tuple[int, int] | None = None,
     ) -> None:
         names = ", ".join(policies)
         super().__init__(f"refused by policy {names}: {reason}" if names else reason)
@@ -136,3 +141,6 @@ class PolicyRefused(NotAllowed):
         self.policies = policies
         self.set_hash = set_hash
         self.shadow = shadow
+        self.version = version
+        self.at = at
+        self.rate = rate

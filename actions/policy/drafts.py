@@ -12,21 +12,40 @@ A draft is given as
 
 It is checked as a load checks it — Cedar, the annotations, the catalog's types — and
 refused with every problem, each with the file and line it is on (``DraftRefused``).
-The groups an ``@require`` names are not checked: a draft may ask for a group that
-does not exist yet, and the backtest names it in the requirements it reports.
+For a backtest (``check_groups``) the groups an ``@require`` names are checked too, as a
+load checks them: one that does not exist is refused with the load's message (a catalog
+file may declare it in ``policies.groups``, and is always checked so). ``policy_test``
+leaves them unchecked, so that a policy's cases run in CI on an empty database.
+
+``policy_set_changes`` says what a draft changes against the set in force: the policies
+added, removed and changed, by id, in each part the draft gives (a catalog file gives
+both; ``.cedar`` files and text give the enforce part only).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth.models import Group
+
 from ..catalog import CatalogError, catalog_document
 from ..models import Action
 from .engine import CompiledPolicies, PolicySetInvalid, catalog_types, policies_compile
-from .sources import ENFORCE, MAX_TEXT_CHARS, PARTS, SHADOW, Problem, check_texts, part_text
+from .sources import (
+    ENFORCE,
+    MAX_TEXT_CHARS,
+    PARTS,
+    SHADOW,
+    Policy,
+    Problem,
+    check_texts,
+    part_text,
+)
+from .versions import policies_in_force
 
 CATALOG_SUFFIXES = (".yaml", ".yml")
 MAX_DRAFT_FILES = 200  # as a catalog's policies: section
@@ -48,6 +67,8 @@ class Draft:
     # catalog file's own in their place.
     actions: Mapping[str, Mapping[str, Any]]
     source: str  # what it was read from, for people
+    # The parts it gives: a catalog file both, .cedar files the enforce part only.
+    parts: tuple[str, ...] = (ENFORCE,)
 
     @property
     def hash(self) -> str:
@@ -56,6 +77,11 @@ class Draft:
 
 def stored_actions() -> dict[str, dict[str, Any]]:
     return dict(Action.objects.values_list("name", "definition"))
+
+
+def groups_existing(wanted: set[str]) -> set[str]:
+    """The groups of ``wanted`` that exist (what a load checks an ``@require`` against)."""
+    return set(Group.objects.filter(name__in=wanted).values_list("name", flat=True))
 
 
 def problem_text(problem: Problem) -> str:
@@ -67,9 +93,12 @@ def problem_text(problem: Problem) -> str:
     )
 
 
-def draft_read(paths: Sequence[str | Path], *, actions: Mapping | None = None) -> Draft:
+def draft_read(
+    paths: Sequence[str | Path], *, actions: Mapping | None = None, check_groups: bool = False
+) -> Draft:
     """The draft in ``paths``: ``.cedar`` files and directories of them, or one catalog
-    file. DraftRefused when it cannot be read or does not hold."""
+    file. DraftRefused when it cannot be read or does not hold (``check_groups``: nor
+    when an ``@require`` names a group that does not exist)."""
     stored = stored_actions() if actions is None else dict(actions)
     paths = [Path(p) for p in paths]
     if not paths:
@@ -96,17 +125,21 @@ def draft_read(paths: Sequence[str | Path], *, actions: Mapping | None = None) -
         raise DraftRefused(f"at most {MAX_DRAFT_FILES} policy files in a draft")
     texts = [(str(p), _read(p)) for p in files]
     return Draft(
-        compiled=draft_compile(texts, actions=stored),
+        compiled=draft_compile(texts, actions=stored, check_groups=check_groups),
         actions=stored,
         source=", ".join(str(p) for p in paths),
     )
 
 
 def draft_compile(
-    texts: Sequence[tuple[str, str]], *, actions: Mapping[str, Mapping[str, Any]]
+    texts: Sequence[tuple[str, str]],
+    *,
+    actions: Mapping[str, Mapping[str, Any]],
+    check_groups: bool = False,
 ) -> CompiledPolicies:
     """The enforce part made of ``texts`` ((origin, Cedar text), in order), checked
-    against ``actions`` with each problem's origin and line, and compiled."""
+    against ``actions`` (and, with ``check_groups``, the groups there are) with each
+    problem's origin and line, and compiled."""
     for origin, text in texts:
         if len(text) > MAX_TEXT_CHARS:
             raise DraftRefused(
@@ -115,6 +148,7 @@ def draft_compile(
     checked = check_texts(
         [(ENFORCE, i, text, origin) for i, (origin, text) in enumerate(texts)],
         types=catalog_types(actions),
+        groups_existing=groups_existing if check_groups else None,
     )
     if checked.problems:
         raise DraftRefused("the policies are refused:", [problem_text(p) for p in checked.problems])
@@ -137,7 +171,7 @@ def draft_from_catalog(path: str | Path, *, actions: Mapping | None = None) -> D
     actions = {**stored, **(document.get("actions") or {})}
     section = document["policies"] or {}
     texts = {p: part_text(item["text"] for item in section.get(p) or []) for p in PARTS}
-    return Draft(compiled=_compile(texts, actions), actions=actions, source=str(path))
+    return Draft(compiled=_compile(texts, actions), actions=actions, source=str(path), parts=PARTS)
 
 
 def _compile(texts: Mapping[str, str], actions: Mapping) -> CompiledPolicies:
@@ -155,3 +189,60 @@ def _read(path: Path) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise DraftRefused(f"cannot read {path}: {why}") from None
+
+
+# --- what a draft changes against the set in force -----------------------------------------
+
+
+def _kind(policy: Policy) -> str:
+    if policy.effect == "forbid":
+        return "forbid"
+    return "approve" if policy.approve else "require"
+
+
+def _members(enforce: str, shadow: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """{part: {id: (kind, the policy's canonical JSON)}}, each policy where it is
+    evaluated (an ``@shadow`` policy of the enforce part in the shadow part). Read without
+    the catalog's types: a set in force that no longer holds with the catalog is still
+    compared; comments, spacing and order change nothing."""
+    checked = check_texts([(ENFORCE, 0, enforce, ""), (SHADOW, 0, shadow, "")], types={})
+    out: dict[str, dict[str, tuple[str, str]]] = {ENFORCE: {}, SHADOW: {}}
+    for policy in checked.policies:
+        if not policy.id:
+            continue
+        part = SHADOW if policy.part == SHADOW or policy.shadow else ENFORCE
+        out[part][policy.id] = (_kind(policy), json.dumps(policy.est, sort_keys=True))
+    return out
+
+
+def policy_set_changes(
+    draft: CompiledPolicies, *, parts: Sequence[str] = (ENFORCE,)
+) -> dict[str, Any]:
+    """What ``draft`` changes against the set in force, by id, for each part in
+    ``parts`` (the others: None, the draft does not give them): ``added``, ``removed``
+    and ``changed`` (each ``{"id", "kind"}``: forbid, approve or require; the draft's
+    kind, or the removed one's), and how many are ``unchanged``."""
+    current = policies_in_force()
+    before = _members(current.enforce_text, current.shadow_text)
+    after = _members(draft.enforce_text, draft.shadow_text)
+    compared: dict[str, Any] = {}
+    for part in PARTS:
+        if part not in parts:
+            compared[part] = None
+            continue
+        old, new = before[part], after[part]
+        compared[part] = {
+            "added": [{"id": i, "kind": new[i][0]} for i in sorted(new.keys() - old.keys())],
+            "removed": [{"id": i, "kind": old[i][0]} for i in sorted(old.keys() - new.keys())],
+            "changed": [
+                {"id": i, "kind": new[i][0]}
+                for i in sorted(old.keys() & new.keys())
+                if old[i] != new[i]
+            ],
+            "unchanged": sum(1 for i in old.keys() & new.keys() if old[i] == new[i]),
+        }
+    in_force = bool(current.enforce_text.strip() or current.shadow_text.strip())
+    return {
+        "against": {"version": current.version, "hash": current.hash} if in_force else None,
+        **compared,
+    }

@@ -8,7 +8,18 @@ rate are the ones recorded in the plan's policy part when it has one; a plan sto
 before any policy was in force has none, so its time is its ``created_at`` and its rate
 is counted here, in the same pass, from the plans before it (``RateWindows``).
 
-The report puts first what matters (a list of plans each, with links):
+The report opens with what the draft changes against the set in force: the policies it
+adds, removes and changes, by id, in each part it gives (``policy_set_changes``). Then
+what it loosens, each a list with links:
+
+* plans the draft would **approve with no person** that went to people (any status: the
+  policies then sent them to review, or there were none) — a security lead reads these
+  first;
+* submissions the policies in force **refused** then (``RefusedSubmission``, recorded at
+  submission: approvals/decisions/refusals.py) that the draft would let through, to
+  review or to an automatic yes, with the forbids that refused them then;
+
+then where it disagrees with people:
 
 * plans the draft would **approve** that people said no to, or that went wrong: denied;
   cancelled by a reviewer (an approval revoked, or the plan replaced by a reviewer's
@@ -26,10 +37,13 @@ then the totals (plans read by status, by who approved them, by what the draft s
 and the two crossed), and the policies that failed to evaluate, with how many plans.
 
 History is read in pages, keyset-paginated on (``created_at``, ``id``) over the index
-that serves it, ``PAGE_SIZE`` plans at a time, and evaluated a page at a time with
-``policy_evaluate_batch``. Nothing grows with the history's length: the totals are
-counters, each list keeps its ``MAX_LISTED`` most recent plans, and the rate windows hold
-one day of plans, at most ``RATE_CAP`` per agent and action (docs/policy.md says so).
+that serves it, ``PAGE_SIZE`` plans at a time (then the refused submissions of the
+window, the same way), and evaluated a page at a time with ``policy_evaluate_batch``.
+Nothing grows with the history's length: the totals are counters, each list keeps its
+``MAX_LISTED`` most recent plans, and the rate windows hold one day of plans, at most
+``RATE_CAP`` per agent and action (docs/policy.md says so). Refused submissions are
+put to the draft with the time and rate they recorded, and never count in a plan's
+rate (the submission counts stored plans only).
 """
 
 from __future__ import annotations
@@ -56,7 +70,7 @@ from actions.lib import dispatch
 from actions.lib.audit import audit_record
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent
-from actions.policy.drafts import draft_compile, stored_actions
+from actions.policy.drafts import draft_compile, policy_set_changes, stored_actions
 from actions.policy.engine import (
     APPROVE,
     REFUSE,
@@ -72,8 +86,9 @@ from actions.policy.reviewers import (
     requirement_text,
     rules_in_force,
 )
+from actions.policy.sources import ENFORCE
 
-from ..models import Plan, PlanStatus, PolicyBacktest
+from ..models import Plan, PlanStatus, PolicyBacktest, RefusedSubmission
 from .policies import POLICY_PART, RATE_CAP
 
 log = logging.getLogger(__name__)
@@ -129,6 +144,32 @@ FIELDS = (
     "policy",
     "revision_of_id",
 )
+
+
+# What is read of a refused submission (approvals/decisions/refusals.py).
+REFUSED_FIELDS = (
+    "id",
+    "created_at",
+    "action_id",
+    "agent_id",
+    "signed_approval",
+    "input",
+    "target",
+    "before",
+    "after",
+    "changes",
+    "requester",
+    "policies",
+    "refusal",
+    "set_version",
+    "evaluated_at",
+    "rate_hour",
+    "rate_day",
+)
+# A refused submission's details in a report: its values cut to this many characters,
+# and this many of its changes (the report stays bounded whatever was refused).
+DETAIL_CHARS = 200
+DETAIL_CHANGES = 10
 
 
 class BacktestRefused(ValueError):
@@ -257,12 +298,15 @@ def _us(moment: datetime) -> int:
 # --- reading history -------------------------------------------------------------------------
 
 
-def _pages(fields, *, start: datetime, until: datetime, size: int) -> Iterator[list[dict]]:
-    """Plans created in [start, until), oldest first, ``size`` at a time: keyset pages on
-    (created_at, id), each one index range (plan_created), whatever the table's size."""
+def _pages(
+    fields, *, start: datetime, until: datetime, size: int, model=Plan
+) -> Iterator[list[dict]]:
+    """Plans (or ``model``'s rows) created in [start, until), oldest first, ``size`` at a
+    time: keyset pages on (created_at, id), each one index range (plan_created,
+    refused_created), whatever the table's size."""
     last: tuple[datetime, Any] | None = None
     while True:
-        rows = Plan.objects.filter(created_at__lt=until)
+        rows = model.objects.filter(created_at__lt=until)
         if last is None:
             rows = rows.filter(created_at__gte=start)
         else:
@@ -378,6 +422,12 @@ class _Run:
         self.approve_count = 0
         self.refuse_count = 0
         self.requirement_count = 0
+        self.new_approval_count = 0
+        self.new_approval_listed: deque[dict] = deque(maxlen=self.listed)
+        self.refused_read = 0
+        self.refused_by_draft: Counter[str] = Counter()
+        self.let_through_count = 0
+        self.let_through_listed: deque[dict] = deque(maxlen=self.listed)
         self.approve_listed: deque[dict] = deque(maxlen=self.listed)
         self.refuse_listed: deque[dict] = deque(maxlen=self.listed)
         self.requirement_listed: deque[dict] = deque(maxlen=self.listed)
@@ -431,6 +481,12 @@ def _tally(run: _Run, row: dict, result: PolicyResult, names, agents, reviewer_e
                 run.failure_messages[key] = error.message
         for key in {e.policy or "(the plan)" for e in result.errors}:
             run.failures[key] += 1
+    if outcome == APPROVE and policy.get("mode") not in ("policy", "none"):
+        # Went to people (or to a grant), and the draft would have approved it alone.
+        run.new_approval_count += 1
+        run.new_approval_listed.append(
+            _entry(row, names, agents, result, by=by, then=recorded.get("outcome") or "")
+        )
     if outcome == APPROVE:
         if status == PlanStatus.DENIED or status in GONE_WRONG or cancelled_by_reviewer:
             run.approve_count += 1
@@ -480,6 +536,97 @@ def _tally(run: _Run, row: dict, result: PolicyResult, names, agents, reviewer_e
                 )
 
 
+def _cut(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
+
+
+def _refused_facts(row: dict, names: dict, agents: dict) -> PlanFacts:
+    """A refused submission as its policies saw it: the time and rate recorded then."""
+    agent = agents[row["agent_id"]]
+    return PlanFacts(
+        action=names[row["action_id"]],
+        agent=agent[0],
+        registrar=agent[1],
+        agent_attributes=agent[2],
+        target=row["target"] or {},
+        input=row["input"] or {},
+        before=row["before"],
+        after=row["after"],
+        changes=row["changes"] or (),
+        requester=row["requester"],
+        now=row["evaluated_at"],
+        rate_hour=row["rate_hour"],
+        rate_day=row["rate_day"],
+    )
+
+
+def _tally_refused(run: _Run, row: dict, result: PolicyResult, names, agents) -> None:
+    outcome = result.outcome
+    if outcome == APPROVE and row["signed_approval"]:
+        outcome = REVIEW  # the submission sends those to people, whatever a policy says
+    run.refused_read += 1
+    run.refused_by_draft[outcome] += 1
+    if result.errors:
+        run.failed_plans += 1
+        for error in result.errors:
+            key = error.policy or "(the plan)"
+            run.failure_messages.setdefault(key, error.message)
+        for key in {e.policy or "(the plan)" for e in result.errors}:
+            run.failures[key] += 1
+    if outcome == REFUSE:
+        return
+    run.let_through_count += 1
+    changes = row["changes"] or []
+    run.let_through_listed.append(
+        {
+            "id": str(row["id"]),
+            "action": names[row["action_id"]],
+            "agent": agents[row["agent_id"]][0],
+            "target": str((row["target"] or {}).get("path", "")),
+            "created_at": row["created_at"].isoformat(),
+            "input": _cut(row["input"]),
+            "changes": [
+                {
+                    "path": str(c.get("path", "")),
+                    "before": _cut(c.get("before")),
+                    "after": _cut(c.get("after")),
+                }
+                for c in changes[:DETAIL_CHANGES]
+                if isinstance(c, dict)
+            ],
+            "more_changes": max(0, len(changes) - DETAIL_CHANGES),
+            "refused_by": list(row["policies"] or []),
+            "refusal": row["refusal"],
+            "set_version": row["set_version"],
+            "requirement": (
+                _described(result.requirement) if outcome == REVIEW and result.requirement else ""
+            ),
+            "draft": {
+                "outcome": outcome,
+                "policies": list(result.policies),
+                "reason": result.reason,
+            },
+        }
+    )
+
+
+def _replay_refused(
+    run: _Run, policies: CompiledPolicies, *, since, until, size, names, agents
+) -> int:
+    """The refused submissions of the window put to the draft; how many pages."""
+    pages = 0
+    for page in _pages(
+        REFUSED_FIELDS, start=since, until=until, size=size, model=RefusedSubmission
+    ):
+        pages += 1
+        _known(page, names, agents)
+        facts = [_refused_facts(row, names, agents) for row in page]
+        for row, result in zip(page, policy_evaluate_batch(facts, policies), strict=True):
+            _tally_refused(run, row, result, names, agents)
+    return pages
+
+
 def _reviewer_ended(page: list[dict]) -> set:
     """The cancelled plans of a page that a reviewer ended (one query, served by the
     audit trail's (plan, id) index; none when the page has no cancelled plan)."""
@@ -503,13 +650,17 @@ def backtest_run(
     progress: Callable[[int, int, float], None] | None = None,
     progress_pages: int = PROGRESS_PAGES,
     source: str = "",
+    parts: tuple[str, ...] = (ENFORCE,),
 ) -> dict[str, Any]:
-    """Replay ``policies`` (their enforce part) over the plans created in [since, until)
-    and compare with what happened; the report (JSON). ``progress(pages, plans,
-    seconds)`` is called every ``progress_pages`` pages and at the end."""
+    """Replay ``policies`` (their enforce part) over the plans created in [since, until),
+    and the submissions refused then, and compare with what happened; the report (JSON),
+    opening with what the draft changes against the set in force in the ``parts`` it
+    gives. ``progress(pages, plans, seconds)`` is called every ``progress_pages`` pages
+    and at the end."""
     if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise BacktestRefused(f"a page holds 1 to {MAX_PAGE_SIZE} plans")
     started = time.monotonic()
+    changes = policy_set_changes(policies, parts=parts)
     run = _Run(compiled=policies, listed=listed, requirements=_Requirements())
     windows = RateWindows()
     # The day before the window: only to count the rates of its first plans.
@@ -565,6 +716,9 @@ def backtest_run(
             _tally(run, row, result, names, agents, reviewer_ended)
         if progress and pages % progress_pages == 0:
             progress(pages, run.plans, time.monotonic() - started)
+    refused_pages = _replay_refused(
+        run, policies, since=since, until=until, size=page_size, names=names, agents=agents
+    )
     seconds = time.monotonic() - started
     if progress:
         progress(pages, run.plans, seconds)
@@ -576,6 +730,8 @@ def backtest_run(
         page_size=page_size,
         seconds=seconds,
         source=source,
+        changes=changes,
+        refused_pages=refused_pages,
     )
 
 
@@ -593,7 +749,9 @@ def _known(page: list[dict], names: dict, agents: dict) -> None:
             agents[pk] = (name, registrar or "", attributes or {})
 
 
-def _report(run: _Run, *, since, until, pages, page_size, seconds, source) -> dict[str, Any]:
+def _report(
+    run: _Run, *, since, until, pages, page_size, seconds, source, changes, refused_pages
+) -> dict[str, Any]:
     policies = run.compiled
     return {
         "draft": {
@@ -601,9 +759,25 @@ def _report(run: _Run, *, since, until, pages, page_size, seconds, source) -> di
             "source": source,
             "policies": policies.ids(),
         },
+        "changes": changes,
         "window": {"since": since.isoformat(), "until": until.isoformat()},
-        "read": {"pages": pages, "page_size": page_size, "seconds": round(seconds, 3)},
+        "read": {
+            "pages": pages,
+            "page_size": page_size,
+            "seconds": round(seconds, 3),
+            "refused_pages": refused_pages,
+        },
         "listed_at_most": run.listed,
+        "new_approvals": {
+            "count": run.new_approval_count,
+            "plans": _linked(run.new_approval_listed),
+        },
+        "refused_let_through": {
+            "count": run.let_through_count,
+            "read": run.refused_read,
+            "by_draft": {o: run.refused_by_draft.get(o, 0) for o in (APPROVE, REVIEW, REFUSE)},
+            "submissions": list(run.let_through_listed),
+        },
         "approve_disagreements": {
             "count": run.approve_count,
             "plans": _linked(run.approve_listed),
@@ -645,9 +819,16 @@ def _linked(entries) -> list[dict]:
 
 def backtest_summary(report: Mapping[str, Any]) -> dict[str, Any]:
     """What the audit trail keeps of a report: the counts, no plan."""
+    changes = report.get("changes") or {}
     return {
         "plans": report["totals"]["plans"],
         "outcomes": report["totals"]["draft"],
+        "policies_added": [p["id"] for p in (changes.get(ENFORCE) or {}).get("added", [])],
+        "policies_removed": [p["id"] for p in (changes.get(ENFORCE) or {}).get("removed", [])],
+        "policies_changed": [p["id"] for p in (changes.get(ENFORCE) or {}).get("changed", [])],
+        "new_approvals": report["new_approvals"]["count"],
+        "refused_read": report["refused_let_through"]["read"],
+        "refused_let_through": report["refused_let_through"]["count"],
         "approve_disagreements": report["approve_disagreements"]["count"],
         "refuse_disagreements": report["refuse_disagreements"]["count"],
         "requirement_changes": report["requirement_changes"]["count"],
@@ -679,8 +860,9 @@ def policy_backtest_request(
 ) -> PolicyBacktest:
     """A backtest of ``draft_text`` (Cedar, the enforce part) over [since, until), to be
     run by a worker (``approvals.policy_backtest``). DraftRefused when the draft does not
-    hold, with each problem's line, before anything is stored."""
-    compiled = draft_compile([(origin, draft_text)], actions=stored_actions())
+    hold (an ``@require`` naming a group that does not exist included), with each
+    problem's line, before anything is stored."""
+    compiled = draft_compile([(origin, draft_text)], actions=stored_actions(), check_groups=True)
     if since >= until:
         raise BacktestRefused("the window is empty: since must come before until")
     with transaction.atomic():
@@ -768,9 +950,11 @@ def report_text(report: Mapping[str, Any]) -> str:
     lines = [
         f"Draft {report['draft']['hash'][:12]} ({report['draft']['source'] or 'text'}): "
         f"{', '.join(report['draft']['policies']) or 'no policy'}",
+        *changes_text(report.get("changes")),
         f"Window: {report['window']['since']} to {report['window']['until']}; "
         f"{totals['plans']:,} plans read in {report['read']['pages']:,} pages "
-        f"of {report['read']['page_size']} ({report['read']['seconds']:.1f} s)",
+        f"of {report['read']['page_size']} ({report['read']['seconds']:.1f} s); "
+        f"{report['refused_let_through']['read']:,} refused submissions",
         "",
     ]
 
@@ -790,6 +974,34 @@ def report_text(report: Mapping[str, Any]) -> str:
     def policies(plan: dict) -> str:
         return ", ".join(plan["draft"]["policies"]) or "-"
 
+    section(
+        "Would approve with no person what went to people",
+        "new_approvals",
+        lambda p: f"{p['status']} (approved by {p['by'] or 'nobody'}); approved by {policies(p)}",
+    )
+    refused = report["refused_let_through"]
+    lines.append(
+        f"Refused then, let through by the draft: {refused['count']:,} "
+        f"of {refused['read']:,} refused submissions"
+    )
+    if refused["count"] > len(refused["submissions"]):
+        lines.append(f"  (the {len(refused['submissions'])} most recent)")
+    for sub in refused["submissions"]:
+        draft = sub["draft"]
+        would = (
+            f"approve by {', '.join(draft['policies']) or '-'}"
+            if draft["outcome"] == APPROVE
+            else f"review ({sub['requirement'] or 'the class default'})"
+        )
+        lines.append(
+            f"  {sub['created_at'][:19]}  {sub['action']}  {sub['target']}  "
+            f"refused by {', '.join(sub['refused_by']) or '-'} (v{sub['set_version']}): "
+            f"{sub['refusal']}; now {would}"
+        )
+        lines.append(f"    refused submission {sub['id']}, input {sub['input']}")
+        for change in sub["changes"]:
+            lines.append(f"    {change['path']}: {change['before']} -> {change['after']}")
+    lines.append("")
     section(
         "Would approve what people said no to, or what went wrong",
         "approve_disagreements",
@@ -821,6 +1033,34 @@ def report_text(report: Mapping[str, Any]) -> str:
     for policy, count in errors["by_policy"].items():
         lines.append(f"  {policy}: {count:,} plans ({errors['messages'].get(policy, '')})")
     return "\n".join(lines) + "\n"
+
+
+def changes_text(changes: Mapping[str, Any] | None) -> list[str]:
+    """What the draft changes against the set in force, by id, a line a part."""
+    if not changes:
+        return []
+    against = changes.get("against")
+    lines = [
+        f"Against the set in force (version {against['version']}, {against['hash'][:12]}):"
+        if against
+        else "Against the set in force: none (no policy is in force)"
+    ]
+    for part in ("enforce", "shadow"):
+        found = changes.get(part)
+        if found is None:
+            lines.append(f"  {part}: not in the draft (not compared)")
+            continue
+        said = [
+            f"{word} " + ", ".join(f"{p['id']} ({p['kind']})" for p in found[key])
+            for key, word in (("added", "added"), ("removed", "removed"), ("changed", "changed"))
+            if found[key]
+        ]
+        lines.append(
+            f"  {part}: "
+            + ("; ".join(said) if said else "no change")
+            + f"; {found['unchanged']} unchanged"
+        )
+    return lines
 
 
 def _pairs(counts: Mapping[str, int]) -> str:

@@ -67,7 +67,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, draft: list[str], since: str, until: str, **options):
         try:
-            found = draft_read(draft)
+            found = draft_read(draft, check_groups=True)
         except DraftRefused as exc:
             raise CommandError(str(exc)) from None
         try:
@@ -94,6 +94,7 @@ class Command(BaseCommand):
                 progress=progress,
                 progress_pages=options["progress_pages"],
                 source=found.source,
+                parts=found.parts,
             )
         except BacktestRefused as exc:
             raise CommandError(str(exc)) from None
