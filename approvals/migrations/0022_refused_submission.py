@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('actions', '0009_policy_versions'),
-        ('approvals', '0020_plan_agent_action_created'),
+        ('approvals', '0021_oidc_identity_names'),
     ]
 
     operations = [
