@@ -60,7 +60,13 @@ from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
 from .decisions.policies import MODE as POLICY_MODE
-from .decisions.policies import POLICY_PART, Evaluated, policy_submission, shadow_disagrees
+from .decisions.policies import (
+    POLICY_PART,
+    Evaluated,
+    plan_repeat_key,
+    policy_submission,
+    shadow_disagrees,
+)
 from .decisions.requirements import (
     approval_alone_meets,
     approvals_count,
@@ -566,10 +572,13 @@ def _plan_submit(
                 raise PreviewError(
                     f"the upstream's representation cannot be fingerprinted: {exc.message}"
                 ) from None
-            # The same agent proposing the same plan while an earlier one with its
-            # fingerprint still awaits a decision (a client retrying a call) gets that
-            # plan back: a person is never asked twice about one plan.
-            repeated = _awaiting_repeat(agent=agent, fingerprint=hexdigest, now=now)
+            # The same agent proposing the same plan while an earlier one that would do
+            # the same still awaits a decision (a client retrying a call) gets that plan
+            # back: a person is never asked twice about one plan. Compared by the repeat
+            # key, not the fingerprint: the moment the policies judged it is no part of
+            # what a plan would do (policies.plan_repeat_key).
+            repeat_key = plan_repeat_key(document)
+            repeated = _awaiting_repeat(agent=agent, repeat_key=repeat_key, now=now)
             if repeated is not None:
                 return _repeat(repeated, agent=agent, reservation=reservation), Replay.REPEAT
             plan = Plan.objects.create(
@@ -591,6 +600,7 @@ def _plan_submit(
                 reason=reason,
                 fingerprint=hexdigest,
                 canonical=canonical_text,
+                repeat_key=repeat_key,
                 approvals_required=spec.approval.approvers,
                 requirement=requirement,
                 expires_at=now + timedelta(seconds=action.spec.approval.plan_ttl),
@@ -659,19 +669,22 @@ class Replay(StrEnum):
     REPEAT = "repeat"
 
 
-def _awaiting_repeat(*, agent: Agent, fingerprint: str, now) -> Plan | None:
-    """The agent's plan with this fingerprint that still awaits a decision, locked; one
-    past its expiry is expired here (the sweeper would soon) and does not count.
+def _awaiting_repeat(*, agent: Agent, repeat_key: str, now) -> Plan | None:
+    """The agent's plan with this repeat key (policies.plan_repeat_key: the fingerprint's
+    document without the moment the policies judged it) that still awaits a decision,
+    locked; one past its expiry is expired here (the sweeper would soon) and does not
+    count. Another set of policies, other decision rules or another version of the
+    action give another key, so a new plan.
 
     One round trip on the hot path (no such plan): on PostgreSQL the advisory lock under
     which two identical proposals racing (a client retrying while its first call still
     reads the upstream) take turns until commit, so the second finds the first, and the
-    look-up itself (index plan_awaiting_fingerprint). SQLite starts every write
-    transaction IMMEDIATE: one at a time already.
+    look-up itself (index plan_awaiting_repeat). SQLite starts every write transaction
+    IMMEDIATE: one at a time already.
     """
     table = connection.ops.quote_name(Plan._meta.db_table)
     lookup = (
-        f"SELECT id FROM {table} WHERE agent_id = %s AND fingerprint = %s "
+        f"SELECT id FROM {table} WHERE agent_id = %s AND repeat_key = %s "
         "AND status = 'awaiting_approval' LIMIT 1"
     )
     agent_id = Plan._meta.get_field("agent").target_field.get_db_prep_value(agent.pk, connection)
@@ -679,11 +692,11 @@ def _awaiting_repeat(*, agent: Agent, fingerprint: str, now) -> Plan | None:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"SELECT pg_advisory_xact_lock(%s, %s); {lookup} FOR UPDATE",
-                [_REPEAT_LOCK_CLASS, int(fingerprint[:7], 16), agent_id, fingerprint],
+                [_REPEAT_LOCK_CLASS, int(repeat_key[:7], 16), agent_id, repeat_key],
             )
             cursor.nextset()
         else:
-            cursor.execute(lookup, [agent_id, fingerprint])
+            cursor.execute(lookup, [agent_id, repeat_key])
         row = cursor.fetchone()
     if row is None:
         return None

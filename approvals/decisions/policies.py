@@ -30,6 +30,7 @@ from typing import Any
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from actions.lib.canonical import digest
 from actions.lib.exceptions import PolicyRefused
 from actions.lib.metrics import POLICY_ERRORS, SHADOW_DISAGREEMENTS
 from actions.policy.engine import (
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 # The fingerprinted policy part's key, and the plan mode of a plan a policy approved.
 POLICY_PART = "policies"
 MODE = "policy"
+# The policy part's facts that change with the moment a plan is judged, not with what it
+# would do: left out of its repeat key (``plan_repeat_key``).
+MOMENT_FACTS = ("at", "rate")
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,24 @@ def policy_submission(
             shadow=shadow.as_dict() if shadow else None,
         )
     return Evaluated(result, shadow, _part(result, now, rate))
+
+
+def plan_repeat_key(document: dict[str, Any]) -> str:
+    """What identifies a proposal for ``Replay.REPEAT`` (approvals/services.py): the
+    SHA-256 of its fingerprint document without the policy part's ``MOMENT_FACTS`` (when
+    the policies judged it, and the agent's rate then, which an earlier identical
+    proposal itself raised). Everything a plan would do stays in it: the action and its
+    version, the agent, target, input, after, precondition, write and requester, and who
+    decides (the policy set's hash and version, what the policies said, the decision
+    rules' requirement, the mode). The facts stay in the fingerprint itself: the worker
+    puts a plan to the set in force with the facts it was approved on, and those must
+    be the ones a person or a policy approved (guarantee 2)."""
+    policy = document.get("policy") or {}
+    part = policy.get(POLICY_PART)
+    if part:
+        part = {k: v for k, v in part.items() if k not in MOMENT_FACTS}
+        document = {**document, "policy": {**policy, POLICY_PART: part}}
+    return digest(document)
 
 
 def _log_errors(result: PolicyResult, action: str) -> None:
