@@ -53,7 +53,6 @@ from actions.lib.exceptions import (
 )
 from actions.lib.metrics import BREAK_GLASS, PLANS_PROPOSED, POLICY_DECISIONS, SUBMIT_LATENCY
 from actions.models import Action, Agent, AgentScope
-from actions.policy.engine import APPROVE as POLICY_APPROVE
 from actions.policy.reviewers import requirement_text
 from actions.preview import PreviewError, compute_preview
 from actions.rules import first_failing, rule_text
@@ -64,6 +63,7 @@ from .decisions.policies import (
     POLICY_PART,
     Evaluated,
     plan_repeat_key,
+    policy_approval,
     policy_submission,
     shadow_disagrees,
 )
@@ -502,12 +502,22 @@ def _plan_submit(
             evaluated = _plan_policies(agent, action, values, preview, requester)
             added = dict(evaluated.result.requirement) if evaluated.result else None
             requirement = _plan_requirement(agent, action, values, preview, requester, added)
-        if evaluated.part:
+            # An @approve that held approves only what nothing keeps for people: the
+            # floor, a signed action, a reviewer's revision (use_grants=False: someone is
+            # looking at it, as for a grant) and the decision rules that own the plan.
+            policy_approves, policy_part = policy_approval(
+                evaluated,
+                requirement=requirement,
+                signed=spec.approval.signed,
+                revision=not use_grants,
+            )
+        if policy_part:
             # What the policies said, fingerprinted (the set's hash and version, the
-            # outcome and the policies that decided, when and at what rate): a plan a
-            # policy approved can never be spent under another set, and the worker puts
-            # the same plan to the set in force again.
-            policy = {**policy, POLICY_PART: evaluated.part}
+            # outcome and the policies that decided, when and at what rate, and why an
+            # @approve did not approve it): a plan a policy approved can never be spent
+            # under another set, and the worker puts the same plan to the set in force
+            # again.
+            policy = {**policy, POLICY_PART: policy_part}
         if requirement:
             # Who may decide, fingerprinted: an approval given under one requirement
             # never counts toward another. A rule asks for people, so a plain read an
@@ -525,19 +535,10 @@ def _plan_submit(
                 if use_grants
                 else None
             )
-            by_policy = (
-                # A reviewer's revision (use_grants=False) goes to a person: someone is
-                # looking at it, as for a grant.
-                use_grants
-                and evaluated.result is not None
-                and evaluated.result.outcome == POLICY_APPROVE
-                and spec.approval.mode != "none"
-                # An action that wants a person's signature on every approval is approved
-                # by people only.
-                and not spec.approval.signed
-            )
+            by_policy = policy_approves and spec.approval.mode != "none"
             if by_policy:
-                # Needs no one: an @approve held, and the floor let it (engine.py). In the
+                # Needs no one: an @approve held, and neither the floor (engine.py) nor
+                # the rules that own the plan kept it (policy_approval). In the
                 # fingerprint, so only a plan proposed as such runs without a person.
                 policy = {**policy, "mode": POLICY_MODE}
                 grant = None
