@@ -394,14 +394,17 @@ def plan_submit(
     earlier plan was given back instead of a new one, or None for a new plan.
 
     An earlier plan comes back for the agent's Idempotency-Key (``Replay.IDEMPOTENCY_KEY``)
-    or, with or without a key, when the same agent proposes the same fingerprint while an
-    earlier plan with it still awaits a decision (``Replay.REPEAT``, audited as
-    ``plan.repeated``): the JSON API and the MCP tools share the rule. Once that plan is
+    or, with or without a key, when the same agent proposes the same plan while an
+    earlier one still awaits a decision (``Replay.REPEAT``, audited as ``plan.repeated``;
+    the same plan is the same fingerprint but for the moment the policies judged it:
+    ``plan_repeat_key``): the JSON API and the MCP tools share the rule. Once that plan is
     decided, expired or withdrawn, the same proposal makes a new plan.
 
     Nothing reviewable is stored unless the preview succeeded. The catalog's policies
     are evaluated over it (approvals/decisions/policies.py): a forbid refuses it before
-    it is stored; an @approve approves it in the same transaction with no person. If
+    it is stored; an @approve approves it in the same transaction with no person, unless
+    the floor, a signed action, a revision or a decision rule that owns it keeps it for
+    people (``policy_approval``, which records why). If
     instead an active session grant covers the plan (approvals.grants), the
     fingerprinted policy names the grant and the plan is approved by it; otherwise it
     awaits a person, and the groups that can decide it are notified once it is

@@ -233,3 +233,29 @@ def test_no_repeat_across_a_changed_policy_set_rules_or_action_version(
     # And the newest, proposed again, is repeated.
     again, replayed = submit(agent)
     assert replayed == Replay.REPEAT and again.id == fourth.id
+
+
+def test_the_migration_gives_awaiting_plans_the_key_a_submission_would(
+    agent, demo_policies, upstream
+):
+    """0021 fills the key of plans already awaiting from the document they were
+    fingerprinted over: a retry after the upgrade finds them."""
+    from importlib import import_module
+
+    from django.apps import apps as django_apps
+
+    migration = import_module("approvals.migrations.0021_plan_repeat_key")
+    plan, _ = submit(agent)
+    assert plan.repeat_key and plan.repeat_key != plan.fingerprint
+    assert migration.repeat_key(plan.canonical) == plan.repeat_key
+    Plan.objects.filter(pk=plan.pk).update(repeat_key="")
+    again, replayed = submit(agent)
+    assert replayed is None  # without its key, an old plan is not found
+    Plan.objects.filter(pk=again.pk).update(status=PlanStatus.CANCELLED)
+    Plan.objects.filter(pk=again.pk).update(repeat_key="")
+    migration.backfill(django_apps, None)
+    # Only the awaiting plan is given a key: a decided one is never repeated.
+    assert Plan.objects.get(pk=plan.pk).repeat_key == plan.repeat_key
+    assert Plan.objects.get(pk=again.pk).repeat_key == ""
+    third, replayed = submit(agent)
+    assert replayed == Replay.REPEAT and third.id == plan.id
