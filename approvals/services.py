@@ -538,7 +538,11 @@ def _plan_submit(
                 if use_grants
                 else None
             )
-            by_policy = policy_approves and spec.approval.mode != "none"
+            # A plain read its action lets run undecided needs no policy ("none"), unless
+            # a rule asked for people (mode per_call above): then a policy the rule lets
+            # decide may, as for any plan, and the part never says "approve" beside a
+            # plan people decide.
+            by_policy = policy_approves and policy["mode"] != "none"
             if by_policy:
                 # Needs no one: an @approve held, and neither the floor (engine.py) nor
                 # the rules that own the plan kept it (policy_approval). In the

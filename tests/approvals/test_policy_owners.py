@@ -214,3 +214,49 @@ def test_the_rule_field_is_validated_exported_and_shown(catalog, upstream, admin
         reverse("admin:actions_decisionrule_change", args=[stored.pk])
     ).content.decode()
     assert "policies may approve" in page.lower()
+
+
+@pytest.mark.parametrize("rule", ["allowing", "keeping"])
+def test_a_plain_read_a_rule_sends_to_people_follows_the_rule_too(
+    rule, catalog, upstream, make_plan
+):
+    """A read its action lets run undecided goes to people once a rule matches it; an
+    @approve then decides it only as the rule allows, and says so either way."""
+    person("bea", "billing-approvers")
+    upstream._data["deployments"]["dep-9"] = {
+        "id": "dep-9",
+        "service": "api",
+        "version": "v1.2.3",
+        "status": "running",
+    }
+    definition = {
+        "match": {"actions": ["get_deployment"]},
+        "any_of": [{"group": "billing-approvers", "count": 1}],
+        **({"policies_may_approve": True} if rule == "allowing" else {}),
+    }
+    load_catalog(
+        json.dumps(
+            {
+                "version": 1,
+                "reviewers": {"groups": ["billing-approvers"], "rules": {"reads": definition}},
+                "policies": {
+                    "enforce": [
+                        {
+                            "text": '@id("reads-ok") @approve\npermit (principal, '
+                            'action == Action::"get_deployment", resource);'
+                        }
+                    ]
+                },
+            }
+        )
+    )
+    plan = make_plan("get_deployment", {"deployment_id": "dep-9"})
+    part = plan.policy["policies"]
+    if rule == "allowing":
+        assert plan.status == PlanStatus.APPROVED and plan.policy["mode"] == "policy"
+        assert part["outcome"] == "approve"
+        assert plan_requirement_answer(plan)["met_by"]["rules"] == ["reads"]
+    else:
+        assert plan.status == PlanStatus.AWAITING_APPROVAL
+        assert plan.policy["mode"] == "per_call"
+        assert part["outcome"] == "review" and part["held"]["reasons"] == ["rule_owned"]
