@@ -260,3 +260,21 @@ def test_a_plain_read_a_rule_sends_to_people_follows_the_rule_too(
         assert plan.status == PlanStatus.AWAITING_APPROVAL
         assert plan.policy["mode"] == "per_call"
         assert part["outcome"] == "review" and part["held"]["reasons"] == ["rule_owned"]
+
+
+def test_the_owners_decide_a_plan_their_rule_kept(catalog, upstream, make_plan, client):
+    from approvals.decisions.requirements import claim_refusal
+    from approvals.services import approval_record
+
+    billing = person("bea", "billing-approvers")
+    load(rule="keeping", policy="approve", upstream=upstream)
+    plan = make_plan(*REVERSIBLE)
+    approval_record(
+        plan_id=plan.id, reviewer=billing, decision="approve", fingerprint_seen=plan.fingerprint
+    )
+    plan = Plan.objects.get(pk=plan.pk)
+    assert plan.status == PlanStatus.APPROVED and plan.policy["mode"] == "per_call"
+    answer = plan_requirement_answer(plan)
+    assert answer["met"] is True and "met_by" not in answer  # met by a person
+    assert claim_refusal(plan, list(plan.approvals.all())) is None
+    assert policy_claim_refusal(plan) is None
