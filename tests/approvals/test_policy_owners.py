@@ -213,7 +213,12 @@ def test_the_rule_field_is_validated_exported_and_shown(catalog, upstream, admin
     page = admin_client.get(
         reverse("admin:actions_decisionrule_change", args=[stored.pk])
     ).content.decode()
-    assert "policies may approve" in page.lower()
+    assert "policies may approve" in page.lower() and 'alt="True"' in page
+    other = DecisionRule.objects.get(name="deleting-a-contact")
+    page = admin_client.get(
+        reverse("admin:actions_decisionrule_change", args=[other.pk])
+    ).content.decode()
+    assert 'alt="False"' in page and 'alt="True"' not in page
 
 
 @pytest.mark.parametrize("rule", ["allowing", "keeping"])
