@@ -684,14 +684,27 @@ class DecisionRuleAdmin(ReadOnlyAdmin):
     """The catalog's decision rules (``reviewers:``), read-only: they are changed by
     loading a catalog file, so that they are reviewed, versioned and exported as code."""
 
-    list_display = ["name", "requirement", "updated_by", "updated_at"]
+    list_display = ["name", "requirement", "policies_may_approve", "updated_by", "updated_at"]
     search_fields = ["name"]
-    fields = ["name", "updated_by", "updated_at", "digest", "definition_yaml"]
+    fields = [
+        "name",
+        "policies_may_approve",
+        "updated_by",
+        "updated_at",
+        "digest",
+        "definition_yaml",
+    ]
     readonly_fields = fields
 
     @admin.display(description="requirement")
     def requirement(self, obj: DecisionRule) -> str:
         return requirement_text(requirement_for_rule(obj.name, obj.definition))
+
+    @admin.display(description="policies may approve", boolean=True)
+    def policies_may_approve(self, obj: DecisionRule) -> bool:
+        # The rule's groups own its plans: a policy's @approve decides them only if
+        # the rule says so (actions/policy/reviewers.py: rules_keeping).
+        return obj.definition.get("policies_may_approve") is True
 
     @admin.display(description="definition")
     def definition_yaml(self, obj: DecisionRule) -> str:

@@ -168,6 +168,10 @@ class Plan(models.Model):
     reason = models.TextField(blank=True)
     fingerprint = models.CharField(max_length=64)
     canonical = models.TextField()
+    # What a repeated proposal is matched on (decisions/policies.py: plan_repeat_key):
+    # the fingerprint's document without the moment the policies judged it. "" for a
+    # plan stored before it was recorded and no longer awaiting: nothing repeats it.
+    repeat_key = models.CharField(max_length=64, blank=True, default="", db_default="")
     approvals_required = models.PositiveSmallIntegerField(default=1)
     # Who may decide: the requirement the catalog's decision rules gave this plan at
     # submission (actions/policy/reviewers.py), ``{}`` when none matched (the class
@@ -239,11 +243,11 @@ class Plan(models.Model):
             models.Index(
                 fields=["agent", "action", "created_at"], name="plan_agent_action_created"
             ),
-            # A repeated proposal: the agent's awaiting plan with the same fingerprint
+            # A repeated proposal: the agent's awaiting plan with the same repeat key
             # (services.plan_submit gives it back instead of storing a second one).
             models.Index(
-                fields=["agent", "fingerprint"],
-                name="plan_awaiting_fingerprint",
+                fields=["agent", "repeat_key"],
+                name="plan_awaiting_repeat",
                 condition=Q(status="awaiting_approval"),
             ),
             # History, newest first, whatever the status ("all" in the queue), and the

@@ -53,14 +53,20 @@ from actions.lib.exceptions import (
 )
 from actions.lib.metrics import BREAK_GLASS, PLANS_PROPOSED, POLICY_DECISIONS, SUBMIT_LATENCY
 from actions.models import Action, Agent, AgentScope
-from actions.policy.engine import APPROVE as POLICY_APPROVE
 from actions.policy.reviewers import requirement_text
 from actions.preview import PreviewError, compute_preview
 from actions.rules import first_failing, rule_text
 from actions.spec import TemplateError
 
 from .decisions.policies import MODE as POLICY_MODE
-from .decisions.policies import POLICY_PART, Evaluated, policy_submission, shadow_disagrees
+from .decisions.policies import (
+    POLICY_PART,
+    Evaluated,
+    plan_repeat_key,
+    policy_approval,
+    policy_submission,
+    shadow_disagrees,
+)
 from .decisions.refusals import refused_submission_record
 from .decisions.requirements import (
     approval_alone_meets,
@@ -399,14 +405,17 @@ def plan_submit(
     earlier plan was given back instead of a new one, or None for a new plan.
 
     An earlier plan comes back for the agent's Idempotency-Key (``Replay.IDEMPOTENCY_KEY``)
-    or, with or without a key, when the same agent proposes the same fingerprint while an
-    earlier plan with it still awaits a decision (``Replay.REPEAT``, audited as
-    ``plan.repeated``): the JSON API and the MCP tools share the rule. Once that plan is
+    or, with or without a key, when the same agent proposes the same plan while an
+    earlier one still awaits a decision (``Replay.REPEAT``, audited as ``plan.repeated``;
+    the same plan is the same fingerprint but for the moment the policies judged it:
+    ``plan_repeat_key``): the JSON API and the MCP tools share the rule. Once that plan is
     decided, expired or withdrawn, the same proposal makes a new plan.
 
     Nothing reviewable is stored unless the preview succeeded. The catalog's policies
     are evaluated over it (approvals/decisions/policies.py): a forbid refuses it before
-    it is stored; an @approve approves it in the same transaction with no person. If
+    it is stored; an @approve approves it in the same transaction with no person, unless
+    the floor, a signed action, a revision or a decision rule that owns it keeps it for
+    people (``policy_approval``, which records why). If
     instead an active session grant covers the plan (approvals.grants), the
     fingerprinted policy names the grant and the plan is approved by it; otherwise it
     awaits a person, and the groups that can decide it are notified once it is
@@ -507,12 +516,22 @@ def _plan_submit(
             evaluated = _plan_policies(agent, action, values, preview, requester)
             added = dict(evaluated.result.requirement) if evaluated.result else None
             requirement = _plan_requirement(agent, action, values, preview, requester, added)
-        if evaluated.part:
+            # An @approve that held approves only what nothing keeps for people: the
+            # floor, a signed action, a reviewer's revision (use_grants=False: someone is
+            # looking at it, as for a grant) and the decision rules that own the plan.
+            policy_approves, policy_part = policy_approval(
+                evaluated,
+                requirement=requirement,
+                signed=spec.approval.signed,
+                revision=not use_grants,
+            )
+        if policy_part:
             # What the policies said, fingerprinted (the set's hash and version, the
-            # outcome and the policies that decided, when and at what rate): a plan a
-            # policy approved can never be spent under another set, and the worker puts
-            # the same plan to the set in force again.
-            policy = {**policy, POLICY_PART: evaluated.part}
+            # outcome and the policies that decided, when and at what rate, and why an
+            # @approve did not approve it): a plan a policy approved can never be spent
+            # under another set, and the worker puts the same plan to the set in force
+            # again.
+            policy = {**policy, POLICY_PART: policy_part}
         if requirement:
             # Who may decide, fingerprinted: an approval given under one requirement
             # never counts toward another. A rule asks for people, so a plain read an
@@ -530,19 +549,14 @@ def _plan_submit(
                 if use_grants
                 else None
             )
-            by_policy = (
-                # A reviewer's revision (use_grants=False) goes to a person: someone is
-                # looking at it, as for a grant.
-                use_grants
-                and evaluated.result is not None
-                and evaluated.result.outcome == POLICY_APPROVE
-                and spec.approval.mode != "none"
-                # An action that wants a person's signature on every approval is approved
-                # by people only.
-                and not spec.approval.signed
-            )
+            # A plain read its action lets run undecided needs no policy ("none"), unless
+            # a rule asked for people (mode per_call above): then a policy the rule lets
+            # decide may, as for any plan, and the part never says "approve" beside a
+            # plan people decide.
+            by_policy = policy_approves and policy["mode"] != "none"
             if by_policy:
-                # Needs no one: an @approve held, and the floor let it (engine.py). In the
+                # Needs no one: an @approve held, and neither the floor (engine.py) nor
+                # the rules that own the plan kept it (policy_approval). In the
                 # fingerprint, so only a plan proposed as such runs without a person.
                 policy = {**policy, "mode": POLICY_MODE}
                 grant = None
@@ -577,10 +591,13 @@ def _plan_submit(
                 raise PreviewError(
                     f"the upstream's representation cannot be fingerprinted: {exc.message}"
                 ) from None
-            # The same agent proposing the same plan while an earlier one with its
-            # fingerprint still awaits a decision (a client retrying a call) gets that
-            # plan back: a person is never asked twice about one plan.
-            repeated = _awaiting_repeat(agent=agent, fingerprint=hexdigest, now=now)
+            # The same agent proposing the same plan while an earlier one that would do
+            # the same still awaits a decision (a client retrying a call) gets that plan
+            # back: a person is never asked twice about one plan. Compared by the repeat
+            # key, not the fingerprint: the moment the policies judged it is no part of
+            # what a plan would do (policies.plan_repeat_key).
+            repeat_key = plan_repeat_key(document)
+            repeated = _awaiting_repeat(agent=agent, repeat_key=repeat_key, now=now)
             if repeated is not None:
                 return _repeat(repeated, agent=agent, reservation=reservation), Replay.REPEAT
             plan = Plan.objects.create(
@@ -602,6 +619,7 @@ def _plan_submit(
                 reason=reason,
                 fingerprint=hexdigest,
                 canonical=canonical_text,
+                repeat_key=repeat_key,
                 approvals_required=spec.approval.approvers,
                 requirement=requirement,
                 expires_at=now + timedelta(seconds=action.spec.approval.plan_ttl),
@@ -670,19 +688,22 @@ class Replay(StrEnum):
     REPEAT = "repeat"
 
 
-def _awaiting_repeat(*, agent: Agent, fingerprint: str, now) -> Plan | None:
-    """The agent's plan with this fingerprint that still awaits a decision, locked; one
-    past its expiry is expired here (the sweeper would soon) and does not count.
+def _awaiting_repeat(*, agent: Agent, repeat_key: str, now) -> Plan | None:
+    """The agent's plan with this repeat key (policies.plan_repeat_key: the fingerprint's
+    document without the moment the policies judged it) that still awaits a decision,
+    locked; one past its expiry is expired here (the sweeper would soon) and does not
+    count. Another set of policies, other decision rules or another version of the
+    action give another key, so a new plan.
 
     One round trip on the hot path (no such plan): on PostgreSQL the advisory lock under
     which two identical proposals racing (a client retrying while its first call still
     reads the upstream) take turns until commit, so the second finds the first, and the
-    look-up itself (index plan_awaiting_fingerprint). SQLite starts every write
-    transaction IMMEDIATE: one at a time already.
+    look-up itself (index plan_awaiting_repeat). SQLite starts every write transaction
+    IMMEDIATE: one at a time already.
     """
     table = connection.ops.quote_name(Plan._meta.db_table)
     lookup = (
-        f"SELECT id FROM {table} WHERE agent_id = %s AND fingerprint = %s "
+        f"SELECT id FROM {table} WHERE agent_id = %s AND repeat_key = %s "
         "AND status = 'awaiting_approval' LIMIT 1"
     )
     agent_id = Plan._meta.get_field("agent").target_field.get_db_prep_value(agent.pk, connection)
@@ -690,11 +711,11 @@ def _awaiting_repeat(*, agent: Agent, fingerprint: str, now) -> Plan | None:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"SELECT pg_advisory_xact_lock(%s, %s); {lookup} FOR UPDATE",
-                [_REPEAT_LOCK_CLASS, int(fingerprint[:7], 16), agent_id, fingerprint],
+                [_REPEAT_LOCK_CLASS, int(repeat_key[:7], 16), agent_id, repeat_key],
             )
             cursor.nextset()
         else:
-            cursor.execute(lookup, [agent_id, fingerprint])
+            cursor.execute(lookup, [agent_id, repeat_key])
         row = cursor.fetchone()
     if row is None:
         return None

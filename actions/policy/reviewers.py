@@ -59,6 +59,30 @@ def rule_groups(rule: dict[str, Any]) -> set[str]:
     return groups
 
 
+def rules_keeping(requirement: dict[str, Any], rules: Iterable[dict[str, Any]]) -> list[dict]:
+    """The decision rules behind ``requirement`` that keep its plans for their groups:
+    ``[{"rule": name, "groups": [...]}]``, sorted by name; ``[]`` when every one of them
+    lets policies approve (``policies_may_approve: true``) or no rule gave it.
+
+    A rule is an ownership claim: the groups it names own the plans it matches, and a
+    policy's @approve (written by whoever may load policies) does not take a plan from
+    them unless the rule says it may. A rule named in the requirement but missing from
+    ``rules`` keeps its plans too (the safe reading of a rule that changed meanwhile).
+    What a policy's ``@require`` added (``policy:<id>``) is no owner: a plan with one is
+    never approved by a policy anyway."""
+    by_name = {rule["name"]: rule for rule in rules}
+    keeping = []
+    for name in sorted(requirement.get("rules") or []):
+        if name.startswith("policy:"):
+            continue
+        rule = by_name.get(name)
+        if rule is not None and rule.get("policies_may_approve") is True:
+            continue
+        groups = rule_groups(rule) if rule is not None else requirement_groups(requirement)
+        keeping.append({"rule": name, "groups": sorted(groups)})
+    return keeping
+
+
 # --- validation --------------------------------------------------------------------------
 
 

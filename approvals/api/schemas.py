@@ -188,6 +188,15 @@ class ClauseNeeded(Schema):
     any_of: list[ThresholdNeeded]
 
 
+class MetByOut(Schema):
+    by: Literal["policy"]
+    policies: list[str] = Field(description="The @approve policies that approved the plan.")
+    rules: list[str] = Field(
+        description="The decision rules behind the requirement, each of which lets "
+        "policies approve its plans (policies_may_approve: true)."
+    )
+
+
 class RequirementOut(Schema):
     """Who may decide (docs/api.md, 'Who decides'): every clause of ``all_of`` must be
     met, a clause by any one of its thresholds; distinct people, each counted once."""
@@ -196,6 +205,11 @@ class RequirementOut(Schema):
     all_of: list[ClauseOut]
     met: bool
     missing: list[ClauseNeeded]
+    met_by: MetByOut | None = Field(
+        default=None,
+        description="Set when a policy approved the plan, as every rule behind the "
+        "requirement allows: the requirement is then met, by the policy, with no person.",
+    )
 
 
 class DecidedByOut(Schema):
@@ -208,19 +222,46 @@ class DecidedByOut(Schema):
     grant_id: UUID | None = Field(default=None, description="The session grant (by: grant).")
 
 
+class HeldRuleOut(Schema):
+    rule: str = Field(description="A decision rule that keeps the plan for its groups.")
+    groups: list[str] = Field(description="The groups the rule names.")
+
+
+class HeldOut(Schema):
+    """Why an @approve that held did not approve the plan with no person."""
+
+    policies: list[str] = Field(description="The @approve policies that would approve it.")
+    reasons: list[
+        Literal["irreversible", "evaluation_error", "signed_action", "rule_owned", "revision"]
+    ] = Field(
+        description="irreversible: an irreversible plan always has a person (the floor); "
+        "evaluation_error: a policy failed to evaluate, so none approves; signed_action: "
+        "the action needs passkey-signed approvals; rule_owned: a decision rule keeps it "
+        "for its groups (see rules); revision: a reviewer's revision goes to a person."
+    )
+    rules: list[HeldRuleOut] = Field(
+        description="For rule_owned: the rules that keep the plan, and their groups."
+    )
+
+
 class PolicyOut(Schema):
     outcome: Literal["approve", "review"] = Field(
         description="approve: a policy approved it with no person; review: it went to "
         "people (a refusal makes no plan: it is a 403 policy-refused problem)."
     )
     policies: list[str] = Field(
-        description="The policies that decided: the @approve ones, or the @require ones "
-        "whose clauses were added to the requirement."
+        description="The policies that decided: the @approve ones that approved it, or "
+        "the @require ones whose clauses were added to the requirement."
     )
     set: str
     version: int
     errors: list[str] = Field(
         description="Policies that failed to evaluate on this plan (it went to people)."
+    )
+    held: HeldOut | None = Field(
+        default=None,
+        description="Set when an @approve held but the plan went to people: which "
+        "policies would approve it, and why none did.",
     )
 
 

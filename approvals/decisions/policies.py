@@ -7,15 +7,19 @@
   policies that decided, the clauses ``@require`` added, the errors, and the two facts
   that change with time: when it was evaluated and the agent's rate then), so the worker
   can put the same plan to the set again. An ``@approve`` approves the plan with no person
-  (the services do it, audited with the policy ids and the set's hash). The shadow part
-  is evaluated beside it and recorded, never enforced.
+  (the services do it, audited with the policy ids and the set's hash) unless something
+  keeps it for people (``policy_approval``): the floor, a signed action, a reviewer's
+  revision, or a decision rule that owns the plan and does not say
+  ``policies_may_approve: true``. The part then says so (``held``). The shadow part is
+  evaluated beside it and recorded, never enforced.
 * **At each decision** the requirement a plan would get now includes what the set in
   force adds (``policy_requirement_current``): a set that changed what a plan needs
   refuses approvals given under the old requirement, as changed decision rules do.
 * **At the claim** (``policy_claim_refusal``): the worker puts the plan to the set in
   force, with the facts stored on it. A plan approved by policy runs only if the set in
-  force still approves it (a set that changed since, or that errors, stops it); any plan
-  stops if a ``forbid`` in force now holds for it.
+  force still approves it (a set that changed since, or that errors, stops it) and every
+  decision rule in force that matches it still lets policies approve it; any plan stops
+  if a ``forbid`` in force now holds for it.
 
 A catalog without policies adds nothing to a plan: its fingerprint is what it always was.
 """
@@ -30,17 +34,22 @@ from typing import Any
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from actions.lib.canonical import digest
 from actions.lib.exceptions import PolicyRefused
 from actions.lib.metrics import POLICY_ERRORS, SHADOW_DISAGREEMENTS
 from actions.policy.engine import (
     APPROVE,
+    FLOOR_ERRORS,
+    FLOOR_IRREVERSIBLE,
     REFUSE,
+    REVIEW,
     CompiledPolicies,
     PlanFacts,
     PolicyResult,
     policy_evaluate,
 )
-from actions.policy.sources import SHADOW
+from actions.policy.reviewers import plan_subject, requirement_for, rules_in_force, rules_keeping
+from actions.policy.sources import ENFORCE, SHADOW
 from actions.policy.versions import policies_in_force
 
 from ..models import Plan
@@ -50,6 +59,18 @@ log = logging.getLogger(__name__)
 # The fingerprinted policy part's key, and the plan mode of a plan a policy approved.
 POLICY_PART = "policies"
 MODE = "policy"
+# The policy part's facts that change with the moment a plan is judged, not with what it
+# would do: left out of its repeat key (``plan_repeat_key``).
+MOMENT_FACTS = ("at", "rate")
+
+# Why an @approve that held did not approve the plan with no person (the policy part's
+# ``held.reasons``, in this order):
+IRREVERSIBLE = "irreversible"  # the floor: an irreversible plan always has a person
+EVALUATION_ERROR = "evaluation_error"  # the floor: a policy failed to evaluate
+SIGNED_ACTION = "signed_action"  # the action wants passkey-signed approvals
+RULE_OWNED = "rule_owned"  # a decision rule keeps the plan for its groups
+REVISION = "revision"  # a reviewer's revision: someone is looking at it
+HELD_REASONS = (IRREVERSIBLE, EVALUATION_ERROR, SIGNED_ACTION, RULE_OWNED, REVISION)
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,9 @@ class Evaluated:
     result: PolicyResult | None  # None: no policy set in force
     shadow: PolicyResult | None  # None: no shadow policy
     part: dict[str, Any]  # the fingerprinted policy part ({} without a set)
+    # The @approve policies that held for the plan, whether or not the floor let them
+    # approve it (the engine names them only when they did).
+    approving: tuple[str, ...] = ()
 
 
 # The most plans of a day counted for one agent and action (the rate's bound).
@@ -193,8 +217,83 @@ def policy_submission(
             policies=list(result.policies),
             set_hash=result.set_hash,
             shadow=shadow.as_dict() if shadow else None,
+            # The refused submission is recorded with exactly the facts judged.
+            version=result.version,
+            at=now,
+            rate=rate,
         )
-    return Evaluated(result, shadow, _part(result, now, rate))
+    return Evaluated(result, shadow, _part(result, now, rate), _approving(result, compiled))
+
+
+def _approving(result: PolicyResult, compiled: CompiledPolicies) -> tuple[str, ...]:
+    if result.outcome == APPROVE:
+        return tuple(result.policies)
+    if not result.floor:
+        # No @approve held, or an @require held too (more people, never fewer: that is
+        # not an automatic yes withheld).
+        return ()
+    held = (compiled.policies.get((ENFORCE, i)) for i in result.matched)
+    return tuple(p.id for p in held if p is not None and p.effect == "permit" and p.approve)
+
+
+def policy_approval(
+    evaluated: Evaluated,
+    *,
+    requirement: dict[str, Any],
+    signed: bool,
+    revision: bool,
+) -> tuple[bool, dict[str, Any]]:
+    """Whether the policies approve a plan about to be stored with no person, and the
+    policy part to fingerprint.
+
+    An @approve that held approves only if nothing keeps the plan for people: the floor
+    (irreversible, a policy that failed: engine.py), an action that wants signed
+    approvals, a reviewer's revision, and **the decision rules that own the plan**:
+    every rule behind ``requirement`` must say ``policies_may_approve: true``. When
+    something does, the part records it as ``held``: the policies that would have
+    approved, every reason (``HELD_REASONS``) and, for ``rule_owned``, the rules and the
+    groups they keep it for; its outcome is then ``review`` and no policy ``decided_by``
+    it, so the plan's record, its answer and its page say one thing: people decide, and
+    why no policy did. Called with the catalog snapshot ``requirement`` was made in."""
+    result = evaluated.result
+    if result is None or not evaluated.approving:
+        return False, evaluated.part
+    reasons = []
+    if result.floor == FLOOR_IRREVERSIBLE:
+        reasons.append(IRREVERSIBLE)
+    if result.floor == FLOOR_ERRORS or (result.floor and result.errors):
+        reasons.append(EVALUATION_ERROR)
+    if signed:
+        reasons.append(SIGNED_ACTION)
+    keeping = rules_keeping(requirement, rules_in_force())
+    if keeping:
+        reasons.append(RULE_OWNED)
+    if revision:
+        reasons.append(REVISION)
+    if not reasons:
+        return True, evaluated.part
+    held: dict[str, Any] = {"policies": list(evaluated.approving), "reasons": reasons}
+    if keeping:
+        held["rules"] = keeping
+    return False, {**evaluated.part, "outcome": REVIEW, "decided_by": [], "held": held}
+
+
+def plan_repeat_key(document: dict[str, Any]) -> str:
+    """What identifies a proposal for ``Replay.REPEAT`` (approvals/services.py): the
+    SHA-256 of its fingerprint document without the policy part's ``MOMENT_FACTS`` (when
+    the policies judged it, and the agent's rate then, which an earlier identical
+    proposal itself raised). Everything a plan would do stays in it: the action and its
+    version, the agent, target, input, after, precondition, write and requester, and who
+    decides (the policy set's hash and version, what the policies said, the decision
+    rules' requirement, the mode). The facts stay in the fingerprint itself: the worker
+    puts a plan to the set in force with the facts it was approved on, and those must
+    be the ones a person or a policy approved (guarantee 2)."""
+    policy = document.get("policy") or {}
+    part = policy.get(POLICY_PART)
+    if part:
+        part = {k: v for k, v in part.items() if k not in MOMENT_FACTS}
+        document = {**document, "policy": {**policy, POLICY_PART: part}}
+    return digest(document)
 
 
 def _log_errors(result: PolicyResult, action: str) -> None:
@@ -250,6 +349,11 @@ def policy_claim_refusal(plan: Plan) -> str | None:
         return f"a policy in force refuses it now: {result.reason}"
     if not approved_by_policy:
         return None
+    keeping = rules_keeping(_rules_requirement_now(plan), rules_in_force())
+    if keeping:
+        return "no policy approves this plan now: " + "; ".join(
+            f"the decision rule {k['rule']} keeps it for {', '.join(k['groups'])}" for k in keeping
+        )
     if result.outcome != APPROVE:
         why = result.floor or (
             "its policies failed to evaluate" if result.errors else "no policy approves it"
@@ -261,9 +365,30 @@ def policy_claim_refusal(plan: Plan) -> str | None:
     return None
 
 
+def _rules_requirement_now(plan: Plan) -> dict[str, Any]:
+    """The requirement the decision rules in force give ``plan`` (not what policies add)."""
+    rules = rules_in_force()
+    if not rules:
+        return {}
+    requester = plan.requester or None
+    subject = plan_subject(
+        action=plan.action.name,
+        connector=plan.action.connector.name,
+        kind=plan.kind,
+        consequence_class=plan.consequence_class,
+        before=plan.before,
+        input=plan.input,
+        requester_groups=None
+        if not requester
+        else [g for g in requester.get("groups") or [] if isinstance(g, str)],
+    )
+    return requirement_for(subject, rules)
+
+
 def policy_decided_by(plan: Plan) -> dict[str, Any] | None:
     """For the agent and the page: the policy outcome recorded on the plan (outcome,
-    the policies that decided, the set's hash and version, the errors), or None."""
+    the policies that decided, the set's hash and version, the errors, and ``held``:
+    why an @approve that held did not approve it, or None), or None."""
     part = plan.policy.get(POLICY_PART)
     if not part:
         return None
@@ -273,7 +398,32 @@ def policy_decided_by(plan: Plan) -> dict[str, Any] | None:
         "set": part.get("set"),
         "version": part.get("version"),
         "errors": list(part.get("errors") or []),
+        "held": policy_held(plan),
     }
+
+
+def policy_held(plan: Plan) -> dict[str, Any] | None:
+    """Why no policy approved ``plan`` although an @approve held: ``{"policies",
+    "reasons", "rules"}`` (``rules``: ``[{"rule", "groups"}]``, empty unless
+    ``rule_owned``), or None.
+
+    Plans stored before ``held`` was recorded said only what their policies said: an
+    @approve recorded on a plan people decide was kept from it by a signed action or a
+    reviewer's revision, read here from the plan itself."""
+    part = plan.policy.get(POLICY_PART) or {}
+    held = part.get("held")
+    if held:
+        return {
+            "policies": list(held.get("policies") or []),
+            "reasons": [r for r in held.get("reasons") or [] if r in HELD_REASONS],
+            "rules": [dict(r) for r in held.get("rules") or []],
+        }
+    if part.get("outcome") == APPROVE and plan.policy.get("mode") not in (MODE, "none"):
+        reasons = [SIGNED_ACTION] if plan.policy.get("signed_approval") else []
+        if plan.revision_of_id and not reasons:
+            reasons = [REVISION]
+        return {"policies": list(part.get("decided_by") or []), "reasons": reasons, "rules": []}
+    return None
 
 
 def shadow_disagrees(plan: Plan, decision: str) -> bool:

@@ -57,7 +57,8 @@ from actions.policy.sources import required_groups
 from actions.policy.versions import policy_version_current
 
 from ..models import Approval, DecidingGroup, Plan
-from .policies import policy_requirement_current
+from .policies import MODE as POLICY_MODE
+from .policies import POLICY_PART, policy_requirement_current
 
 
 def plan_policy_requirement(plan: Plan) -> dict[str, Any]:
@@ -340,10 +341,31 @@ def approvals_count(plan: Plan) -> Assessment:
 def plan_requirement_answer(plan: Plan, *, approvals=None) -> dict[str, Any]:
     """The requirement as an agent or a page is told it: rules, thresholds, what is met
     and what is missing, and the escalations with whether their time has come (groups
-    and counts, never people). ``approvals``: the plan's, when already read."""
+    and counts, never people). ``approvals``: the plan's, when already read.
+
+    A plan a policy approved is met by that policy (``met_by``: the policies, and the
+    rules that let policies decide it: a policy approves a ruled plan only when every
+    rule behind its requirement says so, at submission and again at the claim), with
+    nothing missing: its record, its answer and its page say one thing, that a policy
+    decided, never "approved" beside "not met"."""
     requirement = plan_policy_requirement(plan)
     if not requirement:
         return {}
+    if plan.policy.get("mode") == POLICY_MODE:
+        answer = requirement_summary(requirement, None, elapsed=_elapsed(plan))
+        for clause in answer["all_of"]:
+            clause["met"] = True
+        part = plan.policy.get(POLICY_PART) or {}
+        return {
+            **answer,
+            "met": True,
+            "missing": [],
+            "met_by": {
+                "by": "policy",
+                "policies": list(part.get("decided_by") or []),
+                "rules": [r for r in requirement.get("rules") or [] if not r.startswith("policy:")],
+            },
+        }
     rows = [
         a
         for a in (plan.approvals.all() if approvals is None else approvals)

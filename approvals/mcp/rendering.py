@@ -195,6 +195,9 @@ def plan_markdown(plan: Plan, doc: dict[str, Any], *, proposed: bool) -> str:
     decided_by = doc.get("decided_by")
     if decided_by:
         rows.insert(4, ("Decided by", _decided_by_cell(decided_by)))
+    held = (doc.get("policy") or {}).get("held")
+    if held:
+        rows.insert(4, ("Policies", held_text(held, code=markdown_code)))
     lines += ["", "| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows]
     outcome = doc.get("outcome")
     if outcome:
@@ -317,7 +320,37 @@ def _requirement_cell(requirement: dict[str, Any]) -> str:
             text += " (escalated)" if t.get("escalated") else f" (after {t['after']} s)"
         return text
 
+    rules = ", ".join(markdown_code(r) for r in requirement["rules"])
+    met_by = requirement.get("met_by")
+    if met_by:
+        names = ", ".join(markdown_code(p) for p in met_by.get("policies") or [])
+        return f"met by policy {names}: rules {rules} let policies decide"
     clauses = [" or ".join(threshold(t) for t in c["any_of"]) for c in requirement["all_of"]]
     met = "met" if requirement["met"] else "not met yet"
-    rules = ", ".join(markdown_code(r) for r in requirement["rules"])
     return f"{'; '.join(clauses)} ({met}; rules {rules})"
+
+
+HELD_WORDS = {
+    "irreversible": "an irreversible plan always has a person",
+    "evaluation_error": "a policy failed to evaluate, so no policy approves it",
+    "signed_action": "the action needs passkey-signed approvals",
+    "revision": "a reviewer's revision goes to a person",
+}
+
+
+def held_text(held: dict[str, Any], *, code=str) -> str:
+    """Why no policy approved a plan an @approve held for: ``policy routine-email would
+    approve this; the rule invoices keeps it for billing-approvers`` (the API's English;
+    the page says it in the reader's language)."""
+    names = ", ".join(code(p) for p in held.get("policies") or [])
+    why = []
+    for reason in held.get("reasons") or []:
+        if reason == "rule_owned":
+            why += [
+                f"the rule {code(r['rule'])} keeps it for "
+                + ", ".join(code(g) for g in r.get("groups") or [])
+                for r in held.get("rules") or []
+            ]
+        elif reason in HELD_WORDS:
+            why.append(HELD_WORDS[reason])
+    return f"policy {names} would approve this; " + "; ".join(why or ["a person decides"])

@@ -126,6 +126,8 @@ def test_an_irreversible_plan_matched_by_an_approve_still_goes_to_review(make_pl
     assert plan.status == PlanStatus.AWAITING_APPROVAL
     assert plan.policy["mode"] == "per_call"
     assert plan.policy["policies"]["outcome"] == "review"
+    # The floor is named, in the fingerprinted part: not a silent "review, no policies".
+    assert plan.policy["policies"]["held"] == {"policies": ["tidy-up"], "reasons": ["irreversible"]}
 
 
 OVERFLOW = (
@@ -316,7 +318,10 @@ def test_a_reviewers_revision_goes_to_a_person_even_if_a_policy_would_approve(
     revision = plan_edit(plan_id=plan.id, reviewer=reviewer, input=ROUTINE)
     assert revision.status == PlanStatus.AWAITING_APPROVAL
     assert revision.policy["mode"] == "per_call"
-    assert revision.policy["policies"]["outcome"] == "approve"  # what the policies said
+    # What the policies said, and why it did not approve: one voice, no policy decided.
+    part = revision.policy["policies"]
+    assert part["outcome"] == "review" and part["decided_by"] == []
+    assert part["held"] == {"policies": ["routine-email"], "reasons": ["revision"]}
 
 
 def test_the_groups_claim_decides_membership_of_the_groups_a_policy_requires(catalog):

@@ -122,3 +122,140 @@ def test_two_identical_proposals_racing_store_one_plan(
     assert len({plan.id for plan, _ in results}) == 1
     assert sorted(str(replayed) for _, replayed in results) == ["None", "repeat"]
     assert Plan.objects.count() == 1
+
+
+# --- with policies in force: the moment a plan was judged is no part of what it does ------
+
+REMINDER = {
+    "customer_id": "cus-1",
+    "channel": "email",
+    "send_at": "2026-12-24T09:00:00Z",
+    "message": "Your invoice is due.",
+}
+
+
+def post_twice(client, api_headers, action: str, values: dict) -> tuple:
+    body = json.dumps({"action": action, "input": values})
+    return tuple(
+        client.post("/api/v1/plans", data=body, content_type="application/json", **api_headers)
+        for _ in range(2)
+    )
+
+
+def test_with_the_demo_policies_in_force_the_same_proposal_is_one_plan(
+    client, api_headers, demo_policies, upstream
+):
+    """The policies' facts (when they judged it, the agent's rate, which the first plan
+    itself raised) are fingerprinted, and differ between two identical proposals; the
+    repeat key leaves them out."""
+    created, repeated = post_twice(client, api_headers, "update_contact_email", EMAIL)
+    assert created.status_code == 201, created.content
+    assert created.json()["policy"]["outcome"] == "review"  # to a person: ada is a VIP
+    assert repeated.status_code == 200 and repeated["Countersign-Repeat"] == "true"
+    assert repeated.json()["id"] == created.json()["id"]
+    plan = Plan.objects.get()
+    assert plan.policy["policies"]["rate"] == [0, 0]  # the facts it was judged on, kept
+    assert AuditEvent.objects.filter(plan=plan, kind="plan.repeated").count() == 1
+
+
+def test_an_invoke_proposed_twice_is_one_plan_with_and_without_policies(
+    client, api_headers, catalog, upstream
+):
+    """Two approvals of two reminder plans would send two messages."""
+    created, repeated = post_twice(client, api_headers, "send_reminder", REMINDER)
+    assert created.status_code == 201 and repeated.status_code == 200
+    assert repeated.json()["id"] == created.json()["id"]
+    Plan.objects.update(status=PlanStatus.CANCELLED)
+    from tests.conftest import demo_policies_load
+
+    demo_policies_load()
+    created, repeated = post_twice(client, api_headers, "send_reminder", REMINDER)
+    assert created.status_code == 201 and repeated.status_code == 200
+    assert repeated.json()["id"] == created.json()["id"]
+    assert "policies" in Plan.objects.get(pk=created.json()["id"]).policy
+    assert Plan.objects.filter(status=PlanStatus.AWAITING_APPROVAL).count() == 1
+
+
+def test_no_repeat_across_a_changed_policy_set_rules_or_action_version(
+    agent, demo_policies, catalog, upstream
+):
+    """What decides a plan changed: a new plan, never the old one given back."""
+    import yaml
+
+    from actions.catalog import load_catalog
+    from tests.approvals.test_decision_rules import person
+    from tests.approvals.test_policies import demo_policy_text, load_policies
+    from tests.conftest import demo_catalog_text
+
+    first, _ = submit(agent)
+    # Another policy set (the same policies less one): another set hash.
+    load_policies(demo_policy_text("routine-email") + "\n" + demo_policy_text("vip-contacts"))
+    second, replayed = submit(agent)
+    assert replayed is None and second.id != first.id
+    # A decision rule now gives the action to a group: another requirement.
+    person("bea", "billing-approvers")
+    load_catalog(
+        json.dumps(
+            {
+                "version": 1,
+                "reviewers": {
+                    "groups": ["billing-approvers"],
+                    "rules": {
+                        "emails": {
+                            "match": {"actions": ["update_contact_email"]},
+                            "any_of": [{"group": "billing-approvers", "count": 1}],
+                        }
+                    },
+                },
+            }
+        )
+    )
+    third, replayed = submit(agent)
+    assert replayed is None and third.id not in (first.id, second.id)
+    # Another version of the action.
+    document = yaml.safe_load(demo_catalog_text())
+    card = document["actions"]["update_contact_email"]["card"]
+    card["effect"]["en"] = card["effect"]["en"] + " (reworded)"
+    load_catalog(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "actions": {"update_contact_email": document["actions"]["update_contact_email"]},
+            }
+        ),
+        base_urls={"demo": upstream.url},
+    )
+    catalog["update_contact_email"].refresh_from_db()
+    fourth, replayed = submit(agent)
+    assert replayed is None
+    assert fourth.action_version != third.action_version
+    assert len({first.id, second.id, third.id, fourth.id}) == 4
+    # And the newest, proposed again, is repeated.
+    again, replayed = submit(agent)
+    assert replayed == Replay.REPEAT and again.id == fourth.id
+
+
+def test_the_migration_gives_awaiting_plans_the_key_a_submission_would(
+    agent, demo_policies, upstream
+):
+    """0023 fills the key of plans already awaiting from the document they were
+    fingerprinted over: a retry after the upgrade finds them."""
+    from importlib import import_module
+
+    from django.apps import apps as django_apps
+
+    migration = import_module("approvals.migrations.0023_plan_repeat_key")
+    plan, _ = submit(agent)
+    assert plan.repeat_key and plan.repeat_key != plan.fingerprint
+    assert migration.repeat_key(plan.canonical) == plan.repeat_key
+    Plan.objects.filter(pk=plan.pk).update(repeat_key="")
+    again, replayed = submit(agent)
+    assert replayed is None  # without its key, an old plan is not found
+    Plan.objects.filter(pk=again.pk).update(status=PlanStatus.CANCELLED)
+    Plan.objects.filter(pk=again.pk).update(repeat_key="")
+    migration.backfill(django_apps, None)
+    # Only the awaiting plan is given a key: a decided one is never repeated.
+    assert Plan.objects.get(pk=plan.pk).repeat_key == plan.repeat_key
+    assert Plan.objects.get(pk=again.pk).repeat_key == ""
+    third, replayed = submit(agent)
+    assert replayed == Replay.REPEAT and third.id == plan.id
