@@ -361,7 +361,8 @@ def test_a_draft_naming_an_unknown_group_is_refused_as_a_load_refuses_it(catalog
 
     with pytest.raises(DraftRefused) as info:
         draft_compile([("d0.cedar", TYPO)], actions=stored_actions(), check_groups=True)
-    assert info.value.problems == [f"d0.cedar, line 1: {expected}"]
+    # The line of the @require that names it, as a load points at it.
+    assert info.value.problems == [f"d0.cedar, line 2: {expected}"]
     # policy_test's cases leave groups alone (they run in CI on an empty database).
     assert draft(TYPO).ids() == ["typo-invoices"]
 
