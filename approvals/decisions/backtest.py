@@ -85,6 +85,7 @@ from actions.policy.reviewers import (
     requirement_merge,
     requirement_text,
     rules_in_force,
+    rules_keeping,
 )
 from actions.policy.sources import ENFORCE
 
@@ -361,6 +362,8 @@ class _Requirements:
         self.rules = {rule["name"]: rule for rule in rules_in_force()}
         self.rule_clauses: dict[str, set[str]] = {}
         self.memo: dict[str, dict[str, Any]] = {}
+        # By the rules behind a requirement: few sets of names, however many plans.
+        self.owners: dict[tuple[str, ...], bool] = {}
 
     def _of_rule(self, name: str) -> set[str]:
         if name not in self.rule_clauses:
@@ -370,6 +373,17 @@ class _Requirements:
                 _clause_keys(requirement_for_rule(name, definition)) if rule else set()
             )
         return self.rule_clauses[name]
+
+    def owned(self, requirement: Mapping[str, Any]) -> bool:
+        """Whether a decision rule in force keeps plans with this requirement for its
+        groups (no ``policies_may_approve``): a draft's @approve would not take them."""
+        names = tuple(sorted(requirement.get("rules") or ()))
+        if not names:
+            return False
+        if names not in self.owners:
+            keeping = rules_keeping({"rules": list(names)}, self.rules.values())
+            self.owners[names] = bool(keeping)
+        return self.owners[names]
 
     def under_draft(
         self, stored: Mapping[str, Any], recorded: Mapping[str, Any], draft: Mapping[str, Any]
@@ -459,10 +473,14 @@ def _tally(run: _Run, row: dict, result: PolicyResult, names, agents, reviewer_e
     policy = row["policy"] or {}
     recorded = policy.get(POLICY_PART) or {}
     outcome = result.outcome
-    if outcome == APPROVE and (policy.get("signed_approval") or row["revision_of_id"]):
+    if outcome == APPROVE and (
+        policy.get("signed_approval")
+        or row["revision_of_id"]
+        or run.requirements.owned(policy.get("requirement") or {})
+    ):
         # The submission sends to people, whatever a policy says, a plan whose action
-        # wants signed approvals, and a reviewer's revision (someone is looking at it):
-        # services._plan_submit.
+        # wants signed approvals, a reviewer's revision (someone is looking at it), and a
+        # plan a decision rule keeps for its groups (policies.policy_approval).
         outcome = REVIEW
     by = _approved_by(row)
     run.plans += 1

@@ -30,7 +30,7 @@ from actions.policy.drafts import DraftRefused, draft_compile, draft_read, store
 from actions.policy.versions import policies_in_force
 from approvals.decisions.backtest import report_text
 from approvals.decisions.refusals import refused_submission_record, refused_submissions_purge
-from approvals.models import Attempt, Plan, PolicyBacktest, RefusedSubmission
+from approvals.models import Attempt, Plan, PlanStatus, PolicyBacktest, RefusedSubmission
 from executors.services import execution_run
 from executors.sweeper import sweep
 from tests.approvals.test_backtest import (
@@ -437,3 +437,32 @@ def test_seeded_refused_submissions_are_replayed_a_page_at_a_time(make_plan, cat
     assert whole["refused_let_through"]["read"] == 7
     assert whole["refused_let_through"]["by_draft"] == {"approve": 4, "review": 3, "refuse": 0}
     assert report_of(draft(ROUTINE, FREEZE))["refused_let_through"]["count"] == 0
+
+
+@pytest.mark.parametrize("rule", ["keeping", "allowing"])
+def test_a_draft_approve_on_a_plan_a_rule_keeps_is_no_new_approval(
+    rule, catalog, upstream, agent, make_plan
+):
+    """A rule owns its plans: the draft's @approve would not take one from its groups
+    (as the submission would not), so the report does not list it as approved with no
+    person, unless the rule lets policies decide."""
+    from tests.approvals.test_decision_rules import person
+    from tests.approvals.test_policy_owners import REVERSIBLE, load
+
+    person("bea", "billing-approvers")  # someone can decide it
+    load(rule=rule, policy="review", upstream=upstream)
+    plan = make_plan(*REVERSIBLE)
+    assert plan.status == PlanStatus.AWAITING_APPROVAL
+    assert plan.requirement["rules"] == ["owners"]
+    yes = (
+        '@id("memo-yes") @approve\n'
+        'permit (principal, action == Action::"update_invoice_memo", resource);\n'
+    )
+
+    report = report_of(draft(yes))
+    listed_ids = listed(report, "new_approvals")
+    if rule == "keeping":
+        assert listed_ids == []
+        assert report["totals"]["draft"]["review"] >= 1
+    else:
+        assert listed_ids == [str(plan.id)]
