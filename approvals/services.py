@@ -316,8 +316,6 @@ def _plan_policies(
             },
         )
         raise
-    if evaluated.result is not None:
-        POLICY_DECISIONS.labels(outcome=evaluated.result.outcome, part="enforce").inc()
     if evaluated.shadow is not None:
         POLICY_DECISIONS.labels(outcome=evaluated.shadow.outcome, part="shadow").inc()
     return evaluated
@@ -525,6 +523,12 @@ def _plan_submit(
                 signed=spec.approval.signed,
                 revision=not use_grants,
             )
+        if evaluated.result is not None:
+            # What the plan got: an @approve something kept for people counts as a review.
+            POLICY_DECISIONS.labels(
+                outcome=policy_part["outcome"],
+                part="enforce",
+            ).inc()
         if policy_part:
             # What the policies said, fingerprinted (the set's hash and version, the
             # outcome and the policies that decided, when and at what rate, and why an

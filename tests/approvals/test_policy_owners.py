@@ -14,6 +14,7 @@ import pytest
 import yaml
 from django.test import override_settings
 from django.urls import reverse
+from prometheus_client import REGISTRY
 
 from actions.catalog import CatalogError, load_catalog
 from actions.export import export_catalog
@@ -186,9 +187,17 @@ def test_an_approve_held_by_a_rule_is_audited_as_a_proposal_for_people(
 ):
     person("bea", "billing-approvers")
     load(rule="keeping", policy="approve", upstream=upstream)
+
+    def counted(outcome: str) -> float:
+        labels = {"outcome": outcome, "part": "enforce"}
+        return REGISTRY.get_sample_value("countersign_policy_decisions_total", labels) or 0
+
+    approves, reviews = counted("approve"), counted("review")
     plan = make_plan(*REVERSIBLE)
     assert plan.status == PlanStatus.AWAITING_APPROVAL
     assert not AuditEvent.objects.filter(plan=plan, kind="plan.approved").exists()
+    # Counted as what the plan got: a review, not an approval.
+    assert (counted("approve"), counted("review")) == (approves, reviews + 1)
     # The plan waits for its owners, who are the ones told about it.
     assert list(plan.deciding_groups.values_list("group", flat=True)) == ["billing-approvers"]
 
