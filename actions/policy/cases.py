@@ -32,10 +32,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from jsonschema import Draft202012Validator
 
 from ..preview import planned_change
-from ..spec import ActionSpec, InputValidator, TemplateError
+from ..spec import ActionSpec, TemplateError
 from .engine import APPROVE, REFUSE, REVIEW, PlanFacts, PolicyResult
 from .reviewers import requirement_groups
 from .schema import BEFORE_KINDS
@@ -118,9 +117,7 @@ def _case(number: int, item: Any, actions: Mapping[str, Mapping[str, Any]]) -> P
     values = item["input"]
     if not isinstance(values, dict):
         raise CaseError(number, "input: a mapping of the action's input fields")
-    validator = InputValidator(
-        spec.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
-    )
+    validator = spec.input_validator()
     error = next(iter(sorted(validator.iter_errors(values), key=lambda e: list(e.path))), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path)
