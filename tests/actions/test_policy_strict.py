@@ -215,3 +215,19 @@ def test_a_case_whose_input_the_action_would_refuse_is_refused_with_the_reason()
     assert cases_read({"cases": [case]}, actions=ACTIONS)[0].facts.input["email"] == (
         "grace@example.test"
     )
+
+
+def test_the_docs_example_of_lower_compiles_and_refuses_any_case():
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "policy.md").read_text()
+    section = text.split("### Case: `like` is case-sensitive", 1)[1]
+    block = re.search(r"```cedar\n(.*?)\n```", section, re.DOTALL).group(1)
+    compiled = compile_(block)
+    result = evaluate(memo_plan("Refund please"), compiled)
+    assert result.outcome == REFUSE and result.policies == ("no-refunds",)
+    vip = {**GRACE, "tags": ["Vip"]}
+    deleting = facts("delete_contact", {"contact_id": "c-1002"}, vip)
+    assert evaluate(deleting, compiled).outcome == REFUSE
