@@ -5,9 +5,12 @@ the catalog may declare checked strictly, and a format nothing checks refused at
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actions.catalog import load_catalog
 from actions.lib.formats import (
+    FORMATS,
     Email,
     FormatProblem,
     ascii_lower,
@@ -310,3 +313,17 @@ def test_a_catalog_with_checked_formats_loads(db):
     assert spec.input_schema["properties"]["born"]["format"] == "date"
     errors = list(spec.input_validator().iter_errors({"born": "2026-02-30"}))
     assert "not a valid date: no such day" in [e.message for e in errors]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=st.text(max_size=80)
+    | st.from_regex(r"[a-z.\u00e9\u212a\uff45-]{1,20}@[a-zA-Z0-9.\u00fc\u0435\u212a_-]{0,30}"),
+    name=st.sampled_from(sorted(FORMATS)),
+)
+def test_no_value_makes_a_check_raise(value, name):
+    problem = format_problem(name, value)
+    assert isinstance(problem, str)
+    if name == "email" and not problem:
+        parsed = email_parse(value)
+        assert f"{parsed.local}@{parsed.domain}" == value
