@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
+from ..lib.canonical import CanonicalJSONError, normalize
 from ..preview import planned_change
 from ..spec import ActionSpec, TemplateError
 from .engine import APPROVE, REFUSE, REVIEW, PlanFacts, PolicyResult
@@ -117,6 +118,13 @@ def _case(number: int, item: Any, actions: Mapping[str, Mapping[str, Any]]) -> P
     values = item["input"]
     if not isinstance(values, dict):
         raise CaseError(number, "input: a mapping of the action's input fields")
+    # As a submission takes it: in Unicode normal form first, then checked (strict formats).
+    try:
+        values = normalize(values)
+    except CanonicalJSONError as exc:
+        raise CaseError(
+            number, f"input{exc.pointer}: {exc.message} (the action would refuse it)"
+        ) from None
     validator = spec.input_validator()
     error = next(iter(sorted(validator.iter_errors(values), key=lambda e: list(e.path))), None)
     if error is not None:

@@ -231,3 +231,21 @@ def test_the_docs_example_of_lower_compiles_and_refuses_any_case():
     vip = {**GRACE, "tags": ["Vip"]}
     deleting = facts("delete_contact", {"contact_id": "c-1002"}, vip)
     assert evaluate(deleting, compiled).outcome == REFUSE
+
+
+def test_a_case_takes_its_input_as_a_submission_does():
+    from actions.policy.cases import CaseError, cases_read
+    from tests.actions.test_policy_engine import ACTIONS
+
+    # Put in normal form first, as the agent API and MCP do: the Kelvin sign is a K.
+    case = {
+        "action": "update_contact_email",
+        "input": {"contact_id": "c-2001", "email": "kat@\u212ait.example"},
+        "before": KAT,
+        "expect": "approve",
+    }
+    (read,) = cases_read({"cases": [case]}, actions=ACTIONS)
+    assert read.facts.input["email"] == "kat@Kit.example"
+    case["input"]["email"] = float("nan")
+    with pytest.raises(CaseError, match=r"input/email: non-finite number"):
+        cases_read({"cases": [case]}, actions=ACTIONS)
