@@ -347,6 +347,13 @@ class ActionSpec:
     def input_validator(self) -> Draft202012Validator:
         return input_validator_for(self.input_schema)
 
+    def format_errors_as_sent(self, values: Any) -> list[ValidationError]:
+        """The ``format`` errors of an input as the agent sent it, before its strings are
+        put in Unicode normal form (NFC): a value whose normal form passes but that was
+        sent in another spelling (a Kelvin sign for a K, a decomposed accent) is refused
+        with the reason, never mapped into what the policies and the upstream would see."""
+        return [e for e in self.input_validator().iter_errors(values) if e.validator == "format"]
+
     # --- templates ---------------------------------------------------------------
 
     def render_path(self, template: str, values: dict[str, Any]) -> str:

@@ -4,7 +4,9 @@ An action's input is checked against its JSON Schema before anything is previewe
 what passes is what the worker writes. jsonschema's own format checkers are lenient (an
 ``email`` is anything with an ``@``) and pass a format they do not know unchecked; here
 every format is checked strictly, and a format with no strict check here refuses every
-value (the catalog refuses it at load: ``schema_format_problems``). The same parse is
+value (the catalog refuses it at load: ``schema_format_problems``). A submission checks
+a format field on the value as sent, before its strings are put in Unicode normal form,
+so nothing is mapped into the value that is judged and written. The same parse is
 what the policies' derived attributes come from (actions/policy/engine.py): an e-mail's
 domain is the domain that is written, or nothing.
 
@@ -195,8 +197,8 @@ def email_parse(value: str) -> Email:
         raise FormatProblem(f"the part before the @ is longer than {MAX_LOCAL_BYTES} bytes")
     if unicodedata.normalize("NFKC", local) != local:
         raise FormatProblem(
-            "the part before the @ holds characters that normalize into others "
-            "(a compatibility form such as a fullwidth letter or a ligature)"
+            "the part before the @ holds characters that normalize into others (a "
+            "decomposed accent, a compatibility form such as a fullwidth letter or a ligature)"
         )
     if local.startswith('"'):
         raise FormatProblem("a quoted part before the @ is not accepted")

@@ -237,15 +237,24 @@ def test_a_case_takes_its_input_as_a_submission_does():
     from actions.policy.cases import CaseError, cases_read
     from tests.actions.test_policy_engine import ACTIONS
 
-    # Put in normal form first, as the agent API and MCP do: the Kelvin sign is a K.
+    # In normal form, checked, and a format field as written: the Kelvin sign is refused
+    # as the agent API and MCP refuse it; text elsewhere is put in normal form.
+    case = {
+        "action": "update_invoice_memo",
+        "input": {"invoice_id": "inv-2001", "memo": "cafe\u0301"},
+        "before": INVOICE,
+        "expect": "review",
+    }
+    (read,) = cases_read({"cases": [case]}, actions=ACTIONS)
+    assert read.facts.input["memo"] == "caf\u00e9"
     case = {
         "action": "update_contact_email",
         "input": {"contact_id": "c-2001", "email": "kat@\u212ait.example"},
         "before": KAT,
         "expect": "approve",
     }
-    (read,) = cases_read({"cases": [case]}, actions=ACTIONS)
-    assert read.facts.input["email"] == "kat@Kit.example"
+    with pytest.raises(CaseError, match=r"input/email: .*Kelvin sign"):
+        cases_read({"cases": [case]}, actions=ACTIONS)
     case["input"]["email"] = float("nan")
     with pytest.raises(CaseError, match=r"input/email: non-finite number"):
         cases_read({"cases": [case]}, actions=ACTIONS)

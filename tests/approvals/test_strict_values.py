@@ -21,7 +21,7 @@ from actions.policy.versions import policies_in_force
 from approvals.decisions.policies import plan_policy_facts
 from approvals.grants import grant_create
 from approvals.models import Plan, PlanStatus
-from approvals.services import approval_record
+from approvals.services import approval_record, plan_submit
 from executors.services import execution_run
 from tests.actions.test_formats import HOSTILE_EMAILS
 from tests.approvals.test_decision_rules import demo_rules, load_rules, person
@@ -128,9 +128,9 @@ def nfc(value: str) -> str:
     return unicodedata.normalize("NFC", value)
 
 
-# Every string an agent sends is put in Unicode normal form (NFC) as it arrives, before
-# anything checks or judges it (canonical JSON): a value NFC changes is checked, judged and
-# written in that form (test_a_value_put_in_normal_form_is_judged_and_written_so).
+# Every string an agent sends is put in Unicode normal form (NFC) as it arrives, after a
+# format field was checked as sent: a value NFC changes is refused, never mapped
+# (test_a_value_in_another_spelling_is_refused_not_mapped).
 AS_SENT = [v for v in CORPUS if nfc(v) == v and len(v) < MAX_BODY]
 NORMALIZED = [v for v in CORPUS if nfc(v) != v]
 
@@ -164,20 +164,16 @@ def test_a_hostile_address_is_refused_or_left_to_a_person(
 
 
 @pytest.mark.parametrize("value", NORMALIZED, ids=range(len(NORMALIZED)))
-def test_a_value_put_in_normal_form_is_judged_and_written_so(
-    in_force, client, api_headers, upstream, run, value
+def test_a_value_in_another_spelling_is_refused_not_mapped(
+    in_force, client, api_headers, upstream, value
 ):
     answer = submit(client, api_headers, contact_for(value), value)
-    if answer.status_code == 422:
-        assert [e["pointer"] for e in answer.json()["errors"]] == ["/input/email"]
-        assert in_force() == []
-        return
-    assert answer.status_code == 201, answer.text
-    plan = answer.json()
-    assert plan["input"]["email"] == nfc(value)
-    # Whoever approves it (the policy, when the normal form is in the contact's own
-    # domain, or a person), the upstream receives the normal form the policy judged.
-    assert assert_written_as_judged(run(plan["id"]), in_force) == nfc(value)
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["errors"]
+    assert error["pointer"] == "/input/email"
+    assert "normaliz" in error["message"], error
+    assert not Plan.objects.exists()
+    assert in_force() == []
 
 
 def test_a_value_beyond_the_body_limit_is_refused_whole(in_force, client, api_headers):
@@ -223,20 +219,37 @@ def test_ascii_case_in_the_domain_is_the_same_domain_and_is_written_as_sent(
     assert assert_written_as_judged(run(answer.json()["id"]), in_force) == "Grace@EXAMPLE.test"
 
 
-def test_a_kelvin_sign_never_reaches_a_policy_or_the_upstream(
-    in_force, client, api_headers, upstream, run
-):
-    # Every string an agent sends is put in Unicode normal form (NFC) as it arrives, so
-    # the Kelvin sign is the letter K before anything judges it: the answer shows the
-    # address as it will be written, the policy compares its domain, and the upstream
-    # receives exactly that address.
-    answer = submit(client, api_headers, KAT, "kat@\u212ait.example")
-    assert answer.status_code == 201, answer.text
-    plan = answer.json()
-    assert plan["input"]["email"] == "kat@Kit.example"
-    assert "\u212a" not in json.dumps(plan, ensure_ascii=False)
-    written = assert_written_as_judged(run(plan["id"]), in_force)
-    assert written == "kat@Kit.example"
+def test_a_kelvin_sign_is_refused_not_mapped_into_a_k(in_force, client, api_headers, upstream):
+    # Python lower-cases a Kelvin sign into "k", and Unicode normalization makes it a
+    # "K": either way kit.example, the contact's own domain. It is refused, saying why.
+    for value in ("kat@\u212ait.example", "kat@\u212aIT.example"):
+        answer = submit(client, api_headers, KAT, value)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["errors"] == [
+            {
+                "pointer": "/input/email",
+                "message": "not a valid e-mail address: a domain label is not in its "
+                "normalized (NFC) form: a character in it, such as the Kelvin sign, "
+                "normalizes into another",
+            }
+        ]
+    assert not Plan.objects.exists()
+    assert in_force() == []
+    # The same address written with a K is the contact's own domain: no one needs to look.
+    plain = submit(client, api_headers, KAT, "kat@Kit.example")
+    assert plain.json()["approved_by"] == "policy"
+
+
+def test_the_service_refuses_it_too_for_mcp_and_the_pages(in_force, agent):
+    # MCP's tools and a reviewer's revision hand the input to plan_submit as sent.
+    with pytest.raises(InvalidInput) as refused:
+        plan_submit(
+            agent=agent,
+            action_name="update_contact_email",
+            input={"contact_id": KAT, "email": "kat@\u212ait.example"},
+        )
+    assert [e["pointer"] for e in refused.value.errors] == ["/input/email"]
+    assert not Plan.objects.exists()
 
 
 def test_a_stored_address_that_does_not_parse_gives_no_domain_so_a_person_decides(

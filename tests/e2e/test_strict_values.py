@@ -23,6 +23,7 @@ CRAFTED = [
     "grace@example.test ",
     "grace@example.test\t",
     "grace@\uff45xample.test",
+    "grace@\u212axample.test",  # a Kelvin sign: refused as sent, never made a K
 ]
 
 
