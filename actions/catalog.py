@@ -18,6 +18,7 @@ from jsonschema.exceptions import SchemaError
 from actions.lib.audit import audit_record
 
 from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, normalize
+from .lib.formats import schema_format_problems
 from .lib.http import FORM_CONTENT_TYPE
 from .models import Action, ActionVersion, Connector, DecisionRule
 from .policy.engine import catalog_types, policy_may_match
@@ -410,6 +411,9 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
             problem(where, "unbalanced braces in path template")
     out.extend(_check_input_strictness(base, schema, path_fields=_path_fields(action)))
     out.extend(_check_patterns(base, schema))
+    # A format with no strict check would refuse every value: say so now, not at a plan.
+    for where, message in sorted(schema_format_problems(schema, "/input_schema")):
+        problem(where, message)
     card = action.get("card") or {}
     if action.get("enabled", True):
         for key in ("effect", "scope", "result", "consent", "retry"):
@@ -421,6 +425,8 @@ def _check_action(base: str, action: dict[str, Any], connectors: set[str]) -> li
     if "document" in action:
         for where, message in document_problems(kind, action["document"]):
             problem(f"/document{where}", message)
+        for where, message in sorted(schema_format_problems(action["document"], "/document")):
+            problem(where, message)
     out.extend(_check_languages(base, action))
     approval = action.get("approval") or {}
     if (

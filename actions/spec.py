@@ -22,6 +22,7 @@ import re2
 from django.conf import settings
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from .lib.formats import FORMAT_CHECKER
 from .text import localized, localized_card
 
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -91,6 +92,13 @@ InputValidator = validators.extend(
     Draft202012Validator,
     {"pattern": _pattern, "patternProperties": _pattern_properties},
 )
+
+
+def input_validator_for(schema: Any) -> Draft202012Validator:
+    """The validator for an agent's input (or any value an input field takes): RE2
+    patterns, and every ``format`` checked strictly (actions/lib/formats.py), never
+    passed unchecked."""
+    return InputValidator(schema, format_checker=FORMAT_CHECKER)
 
 
 # The change kinds whose effect a re-read can show (an invoke has no readable state).
@@ -337,7 +345,14 @@ class ActionSpec:
     # --- input -----------------------------------------------------------------
 
     def input_validator(self) -> Draft202012Validator:
-        return InputValidator(self.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        return input_validator_for(self.input_schema)
+
+    def format_errors_as_sent(self, values: Any) -> list[ValidationError]:
+        """The ``format`` errors of an input as the agent sent it, before its strings are
+        put in Unicode normal form (NFC): a value whose normal form passes but that was
+        sent in another spelling (a Kelvin sign for a K, a decomposed accent) is refused
+        with the reason, never mapped into what the policies and the upstream would see."""
+        return [e for e in self.input_validator().iter_errors(values) if e.validator == "format"]
 
     # --- templates ---------------------------------------------------------------
 

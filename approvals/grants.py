@@ -26,7 +26,6 @@ from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from jsonschema import Draft202012Validator
 
 from actions.lib import dispatch
 from actions.lib.actors import grant_actor, user_actor
@@ -34,7 +33,7 @@ from actions.lib.audit import audit_record
 from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, normalize
 from actions.lib.exceptions import InvalidInput, InvalidTransition, NotAllowed, NotFound
 from actions.models import Action, Agent
-from actions.spec import InputValidator
+from actions.spec import input_validator_for
 
 from .decisions.requirements import grantor_cannot_decide, reviewer_groups
 from .lifecycle import plan_transition
@@ -101,10 +100,8 @@ def _check_fixed_values(
                 break
             problem = next(
                 iter(
-                    # RE2 for patterns, like the agent's input: linear whatever the value.
-                    InputValidator(
-                        prop, format_checker=Draft202012Validator.FORMAT_CHECKER
-                    ).iter_errors(value)
+                    # RE2 for patterns and strict formats, like the agent's input.
+                    input_validator_for(prop).iter_errors(value)
                 ),
                 None,
             )

@@ -182,6 +182,14 @@ def plan_validate_input(*, agent: Agent, action_name: str, input: Any) -> tuple[
             errors=[{"pointer": "/input" + exc.pointer, "message": exc.message}]
         ) from None
     errors = _schema_errors(action, values)
+    if not errors and values != input:
+        # A string its normal form changed: a format field must already have been in it
+        # (a Kelvin sign is refused, never mapped to the K the policies would judge).
+        errors = [
+            entry
+            for error in action.spec.format_errors_as_sent(input)
+            for entry in _error_entries(error)
+        ]
     if errors:
         raise InvalidInput(errors=errors)
     return action, values

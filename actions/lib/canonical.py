@@ -41,8 +41,10 @@ def _reject_constant(name: str) -> Any:
     raise CanonicalJSONError(f"{name} is not valid JSON")
 
 
-def loads_strict(data: bytes | str) -> Any:
-    """Parse JSON, refusing duplicate keys and non-finite numbers; NFC-normalize strings."""
+def loads_strict(data: bytes | str, *, nfc: bool = True) -> Any:
+    """Parse JSON, refusing duplicate keys and non-finite numbers; NFC-normalize strings
+    (``nfc=False``: checked as ``normalize`` checks, but returned as sent, for a caller
+    that must see the strings as they were written before it normalizes them)."""
     try:
         value = json.loads(
             data, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
@@ -53,7 +55,8 @@ def loads_strict(data: bytes | str) -> Any:
         raise CanonicalJSONError(f"malformed JSON: {exc}") from None
     except RecursionError:
         raise CanonicalJSONError("JSON nested too deeply") from None
-    return normalize(value)
+    normalized = normalize(value)
+    return normalized if nfc else value
 
 
 def escape_pointer_token(token: str | int) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actions.lib.canonical import escape_pointer_token
+from actions.lib.formats import FORMATS
 from actions.spec import pattern_problem
 
 from .document import MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, FreeForm, Refused, as_dict, as_names
@@ -130,6 +131,13 @@ class SchemaConverter:
                 "action a generic passthrough",
             )
         out: dict[str, Any] = {k: node[k] for k in SCHEMA_KEYWORDS if k in node}
+        if "format" in out and out["format"] not in FORMATS:
+            # The catalog refuses a format it cannot check strictly (actions/lib/formats.py);
+            # the field keeps its other constraints.
+            self.warn(
+                pointer,
+                f"{name!r}: format {out.pop('format')!r} is not one Countersign checks; dropped",
+            )
         for key in ("description", "title"):
             if isinstance(out.get(key), str):
                 out[key] = plain_text(out[key])[:2000]

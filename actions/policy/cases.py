@@ -32,10 +32,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from jsonschema import Draft202012Validator
 
+from ..lib.canonical import CanonicalJSONError, normalize
 from ..preview import planned_change
-from ..spec import ActionSpec, InputValidator, TemplateError
+from ..spec import ActionSpec, TemplateError
 from .engine import APPROVE, REFUSE, REVIEW, PlanFacts, PolicyResult
 from .reviewers import requirement_groups
 from .schema import BEFORE_KINDS
@@ -118,10 +118,19 @@ def _case(number: int, item: Any, actions: Mapping[str, Mapping[str, Any]]) -> P
     values = item["input"]
     if not isinstance(values, dict):
         raise CaseError(number, "input: a mapping of the action's input fields")
-    validator = InputValidator(
-        spec.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
-    )
-    error = next(iter(sorted(validator.iter_errors(values), key=lambda e: list(e.path))), None)
+    # As a submission takes it (approvals/services.py: plan_validate_input): in Unicode
+    # normal form, checked, and a format field already in normal form as written.
+    sent = values
+    try:
+        values = normalize(values)
+    except CanonicalJSONError as exc:
+        raise CaseError(
+            number, f"input{exc.pointer}: {exc.message} (the action would refuse it)"
+        ) from None
+    errors = list(spec.input_validator().iter_errors(values))
+    if not errors and values != sent:
+        errors = spec.format_errors_as_sent(sent)
+    error = next(iter(sorted(errors, key=lambda e: list(e.path))), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path)
         raise CaseError(

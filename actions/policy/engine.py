@@ -10,11 +10,18 @@ A plan is put to Cedar as one request:
   ``Action::"class:<consequence class>"`` and ``Action::"kind:<change kind>"``;
 * **resource** ``Target::"<connector> <path>"`` with ``connector`` and ``path``;
 * **context**, typed per action (schema.py): ``input``, ``before`` and ``after``,
-  ``changed`` (the changed pointers), ``deltas`` (pointer → after − before, for the
-  document's numeric fields that changed), ``email_domains`` (pointer → the domain of
-  an e-mail field before and after), ``rate`` (``hour``, ``day``: the agent's plans for
-  this action, as the caller counted them) and ``time`` (``hour``, ``minute``,
-  ``weekday`` "mon"…"sun", in COUNTERSIGN_POLICY_TIMEZONE).
+  ``lower`` (their text fields lower-cased), ``changed`` (the changed pointers),
+  ``deltas`` (pointer → after − before, for the document's numeric fields that
+  changed), ``email_domains`` (pointer → the domain of an e-mail field before and
+  after), ``rate`` (``hour``, ``day``: the agent's plans for this action, as the caller
+  counted them) and ``time`` (``hour``, ``minute``, ``weekday`` "mon"…"sun", in
+  COUNTERSIGN_POLICY_TIMEZONE).
+
+Every derived value comes from exactly the value that is written, parsed strictly: an
+e-mail's domain from actions/lib/formats.py's parse (as written, A-Z lower-cased only),
+a number from its JSON number or plain decimal string, a lower-cased text from the
+string itself. A value that does not parse strictly gives no attribute, and is an error
+of the plan's evaluation, so no policy approves the plan (the floor below).
 
 The outcome (``PolicyResult.outcome``):
 
@@ -26,7 +33,8 @@ The outcome (``PolicyResult.outcome``):
 
 The floor: an irreversible plan is never approved by policy; a policy that fails to
 evaluate never leads to ``approve`` (any error, and the outcome is at least
-``review``, with the errors in the result); an erroring ``forbid`` is not a refusal
+``review``, with the errors in the result), nor does a derived value whose source did
+not parse strictly; an erroring ``forbid`` is not a refusal
 (Cedar skips it) and not a yes either; an erroring ``@require`` adds its clause
 anyway. Nothing a plan holds makes evaluation raise: a value that does not fit its
 type, or anything else that stops the request being built, is an error of the plan's
@@ -51,6 +59,7 @@ import cedarpy
 from django.conf import settings
 
 from ..lib.canonical import canonical_bytes, resolve_pointer
+from ..lib.formats import FormatProblem, email_parse
 from .reviewers import requirement_from_clauses
 from .schema import (
     AGENT,
@@ -66,6 +75,7 @@ from .schema import (
     class_group,
     decimal_text,
     kind_group,
+    lower_value,
 )
 from .sources import ENFORCE, PARTS, SHADOW, Policy, Problem, check_texts, set_hash
 
@@ -330,11 +340,22 @@ def _at(document: Any, pointer: str) -> Any:
         return None
 
 
-def _domain(value: Any) -> str | None:
-    if not isinstance(value, str) or "@" not in value:
+_UNPARSED = object()
+
+
+def _domain(value: Any) -> Any:
+    """The domain of an e-mail value as policies compare it: from the strict parse of
+    exactly that value (actions/lib/formats.py), the domain as written with only A-Z
+    lower-cased (a Unicode lower-casing would turn a Kelvin sign into a k). None when
+    there is no value; _UNPARSED when the value does not parse strictly."""
+    if value is None:
         return None
-    domain = value.rsplit("@", 1)[1].strip().lower()
-    return domain or None
+    if not isinstance(value, str):
+        return _UNPARSED
+    try:
+        return email_parse(value).domain_key
+    except FormatProblem:
+        return _UNPARSED
 
 
 def _number(cedar: Any, value: Any) -> Decimal | None:
@@ -349,12 +370,30 @@ def _number(cedar: Any, value: Any) -> Decimal | None:
 
 def plan_request(facts: PlanFacts, types: ActionTypes) -> tuple[dict[str, Any], list[dict]]:
     """The Cedar request and entities for one plan. Misfit when a value does not fit."""
+    request, entities, _ = plan_request_checked(facts, types)
+    return request, entities
+
+
+def plan_request_checked(
+    facts: PlanFacts, types: ActionTypes
+) -> tuple[dict[str, Any], list[dict], list[PolicyFailure]]:
+    """The Cedar request and entities for one plan, and a failure for each derived value
+    that could not be given because its source does not parse strictly (the attribute is
+    left out, and the failure keeps any policy from approving the plan). Misfit when a
+    value does not fit its type."""
+    failures: list[PolicyFailure] = []
     document = types.document or Record()
     context: dict[str, Any] = {"input": types.input.value(dict(facts.input), "/input")}
     if types.has_before:
         context["before"] = document.value(facts.before, "/before")
     if types.has_after:
         context["after"] = document.value(facts.after, "/after")
+    # The text fields lower-cased, from the converted values: exactly what is written.
+    lower: dict[str, Any] = {"input": lower_value(types.lower_input, context["input"])}
+    for part in ("before", "after"):
+        if part in context:
+            lower[part] = lower_value(types.lower_document, context[part])
+    context["lower"] = lower
     changed = set()
     for change in facts.changes:
         path = change.get("path") if isinstance(change, Mapping) else None
@@ -374,10 +413,24 @@ def plan_request(facts: PlanFacts, types: ActionTypes) -> tuple[dict[str, Any], 
     domains: dict[str, Any] = {}
     for pointer in types.emails:
         entry = {}
-        if types.has_before and (domain := _domain(_at(facts.before, pointer))):
-            entry["before"] = domain
-        if types.has_after and (domain := _domain(_at(facts.after, pointer))):
-            entry["after"] = domain
+        for part, present, source in (
+            ("before", types.has_before, facts.before),
+            ("after", types.has_after, facts.after),
+        ):
+            if not present:
+                continue
+            domain = _domain(_at(source, pointer))
+            if domain is _UNPARSED:
+                # Said by pointer only: the log line of a failure carries no plan value.
+                failures.append(
+                    PolicyFailure(
+                        "",
+                        f"/{part}{pointer} is not an e-mail address that parses strictly, "
+                        "so the policies get no domain for it",
+                    )
+                )
+            elif domain is not None:
+                entry[part] = domain
         domains[pointer] = entry
     context["email_domains"] = domains
     context["rate"] = {
@@ -439,7 +492,7 @@ def plan_request(facts: PlanFacts, types: ActionTypes) -> tuple[dict[str, Any], 
         "resource": target_uid,
         "context": context,
     }
-    return request, entities
+    return request, entities, failures
 
 
 # --- evaluating ----------------------------------------------------------------------------
@@ -543,8 +596,13 @@ def error_category(message: str) -> str:
     return OTHER_ERROR
 
 
-def _errors(policies: CompiledPolicies, types: ActionTypes, raw: list[str]) -> list[PolicyFailure]:
-    out = []
+def _errors(
+    policies: CompiledPolicies,
+    types: ActionTypes,
+    raw: list[str],
+    unparsed: Sequence[PolicyFailure] = (),
+) -> list[PolicyFailure]:
+    out = list(unparsed)
     for message in raw:
         found = _POLICY_ERROR.match(message)
         if found:
@@ -573,6 +631,8 @@ def policy_evaluate_batch(
     together (``is_authorized_batch``). Never raises on a plan's content."""
     results: list[PolicyResult | None] = [None] * len(plans)
     pending: dict[str, list[tuple[int, dict, list[dict]]]] = {}
+    # Derived values a plan's content could not give: errors of its evaluation.
+    unparsed: dict[int, list[PolicyFailure]] = {}
     for i, facts in enumerate(plans):
         if policies.problem:
             results[i] = _failed(policies, part, policies.problem)
@@ -587,7 +647,7 @@ def policy_evaluate_batch(
             results[i] = _decide(policies, part, types, (), [])
             continue
         try:
-            request, entities = plan_request(facts, types)
+            request, entities, failures = plan_request_checked(facts, types)
         except Misfit as exc:
             results[i] = _failed(
                 policies, part, f"the plan does not fit the policies' types: {exc}"
@@ -598,6 +658,8 @@ def policy_evaluate_batch(
                 policies, part, f"the plan could not be put to the policies ({type(exc).__name__})"
             )
             continue
+        if failures:
+            unparsed[i] = failures
         pending.setdefault(facts.action, []).append((i, request, entities))
     for action, items in pending.items():
         types = policies.types[action]
@@ -626,7 +688,7 @@ def policy_evaluate_batch(
                     part,
                     types,
                     diagnostics.reasons,
-                    _errors(policies, types, diagnostics.errors),
+                    _errors(policies, types, diagnostics.errors, unparsed.get(i, [])),
                 )
     return [r for r in results if r is not None]
 

@@ -33,6 +33,7 @@ same way. This module imports no app (the layers contract).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from ..lib.canonical import escape_pointer_token
+from ..lib.formats import PLAIN_DECIMAL
 
 # The change kinds whose plans have a target as read (``before``) and a target as it
 # would be (``after``). A delete leaves nothing; a create starts from nothing; an
@@ -60,7 +62,8 @@ DECIMAL_MIN = Decimal(-(2**63)).scaleb(-DECIMAL_PLACES)
 LONG_MAX = 2**63 - 1
 LONG_MIN = -(2**63)
 _QUANTUM = Decimal(1).scaleb(-DECIMAL_PLACES)
-_PLAIN_DECIMAL = re.compile(r"[+-]?[0-9]{1,30}(\.[0-9]{1,30})?")
+# The same plain decimal ``format: decimal`` accepts at input (actions/lib/formats.py).
+_PLAIN_DECIMAL = PLAIN_DECIMAL
 
 # A string field is a decimal when its pattern is one of the plain-decimal patterns:
 # anchored at both ends, an optional sign, digits, and then an escaped point and
@@ -222,6 +225,50 @@ class Record(CedarType):
 
 
 _ABSENT = object()
+
+
+# --- lower-cased text (context.lower) ---------------------------------------------------
+
+
+def lower_type(cedar: CedarType) -> CedarType | None:
+    """The type of a value's lower-cased text: its strings where they are, through
+    records and sets; None when it holds no string."""
+    if isinstance(cedar, String):
+        return String()
+    if isinstance(cedar, SetOf):
+        element = lower_type(cedar.element)
+        return SetOf(element) if element is not None else None
+    if isinstance(cedar, Record):
+        record = lower_record(cedar)
+        return record if record.attributes else None
+    return None
+
+
+def lower_record(record: Record) -> Record:
+    """``record`` with only its text fields (every one as required as it was)."""
+    attributes = {}
+    for name, attribute in record.attributes.items():
+        lowered = lower_type(attribute.type)
+        if lowered is not None:
+            attributes[name] = Attribute(lowered, attribute.required, attribute.nullable)
+    return Record(attributes)
+
+
+def lower_value(cedar: CedarType, value: Any) -> Any:
+    """The lower-cased text of ``value``, already converted to Cedar JSON by the type
+    ``cedar`` was made from (``lower_type``): each string lower-cased by Unicode's
+    lower-case mapping (``str.lower``, not case folding: "ß" stays "ß"), nothing else."""
+    if isinstance(cedar, String):
+        return value.lower()
+    if isinstance(cedar, SetOf):
+        return [lower_value(cedar.element, item) for item in value]
+    if isinstance(cedar, Record):
+        return {
+            name: lower_value(attribute.type, value[name])
+            for name, attribute in cedar.attributes.items()
+            if name in value
+        }
+    raise TypeError(f"no lower-cased form of {type(cedar).__name__}")  # pragma: no cover
 
 
 def decimal_text(number: Decimal, where: str = "") -> str:
@@ -404,10 +451,26 @@ class ActionTypes:
     numbers: tuple[tuple[str, DecimalType | Long], ...] = ()
     emails: tuple[str, ...] = ()
 
+    @functools.cached_property
+    def lower_input(self) -> Record:
+        return lower_record(self.input)
+
+    @functools.cached_property
+    def lower_document(self) -> Record:
+        return lower_record(self.document or Record())
+
     def context_type(self) -> Record:
         document = self.document or Record()
+        lower = {"input": Attribute(self.lower_input, required=True)}
+        if self.has_before:
+            lower["before"] = Attribute(self.lower_document, required=True)
+        if self.has_after:
+            lower["after"] = Attribute(self.lower_document, required=True)
         attributes: dict[str, Attribute] = {
             "input": Attribute(self.input, required=True),
+            # The text fields of input, before and after, lower-cased (Cedar's ``like``
+            # and ``==`` are case-sensitive).
+            "lower": Attribute(Record(lower), required=True),
             "changed": Attribute(SetOf(String()), required=True),
             "deltas": Attribute(
                 Record({p: Attribute(DecimalType(), required=False) for p, _ in self.numbers}),

@@ -113,7 +113,9 @@ class StrictJSONParser(Parser):
         if not raw:
             raise MalformedBody("the body is empty")
         try:
-            return loads_strict(raw)
+            # Strings as sent: an input's formats are checked on them before they are put
+            # in normal form (approvals/services.py: plan_validate_input).
+            return loads_strict(raw, nfc=False)
         except CanonicalJSONError as exc:
             errors = [{"pointer": exc.pointer, "message": exc.message}] if exc.pointer else None
             raise MalformedBody(exc.message, errors=errors) from None

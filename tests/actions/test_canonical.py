@@ -114,3 +114,12 @@ def test_big_numbers_as_strings_are_kept_exactly():
     assert canonical_bytes({"amount": "12345678901234567890.01"}) == (
         b'{"amount":"12345678901234567890.01"}'
     )
+
+
+def test_strings_can_be_kept_as_sent_and_are_checked_all_the_same():
+    sent = '{"email": "kat@\\u212ait.example", "memo": "cafe\\u0301"}'
+    assert loads_strict(sent) == {"email": "kat@Kit.example", "memo": "caf\u00e9"}
+    assert loads_strict(sent, nfc=False) == {"email": "kat@\u212ait.example", "memo": "cafe\u0301"}
+    for refused in ('{"a": 1, "a": 2}', '{"a": NaN}', '{"a": 9007199254740993}'):
+        with pytest.raises(CanonicalJSONError):
+            loads_strict(refused, nfc=False)

@@ -110,12 +110,27 @@ def test_the_generated_schema_types_the_demo_actions(demo_policies):
         "input",
         "before",
         "after",
+        "lower",
         "changed",
         "deltas",
         "email_domains",
         "rate",
         "time",
     }
+    # The text fields lower-cased: strings (and sets of them) only, as required as they are.
+    lower = email_context["lower"]["attributes"]
+    assert set(lower) == {"input", "before", "after"}
+    assert lower["input"]["attributes"] == {
+        "contact_id": {"type": "String", "required": True},
+        "email": {"type": "String", "required": True},
+    }
+    assert lower["before"]["attributes"]["tags"] == {
+        "type": "Set",
+        "element": {"type": "String"},
+        "required": False,
+    }
+    assert "version" not in lower["before"]["attributes"]
+    assert set(context("delete_contact")["lower"]["attributes"]) == {"input", "before"}
     before = email_context["before"]["attributes"]
     assert before["tags"] == {"type": "Set", "element": {"type": "String"}, "required": False}
     assert before["email"] == {"type": "String", "required": True}

@@ -213,7 +213,7 @@ def test_the_typescript_sdk_1x_takes_a_task_that_completes_when_the_plan_settles
     refused = steps["taskRefused"]["messages"]
     assert [m["type"] for m in refused] == ["error"], refused
     assert refused[0]["code"] == -32602
-    assert "/arguments/email: 'not-an-email' is not a 'email'" in refused[0]["message"]
+    assert "/arguments/email: not a valid e-mail address: there is no @" in refused[0]["message"]
 
     completed = steps["taskCompleted"]
     kinds = [m["type"] for m in completed["messages"]]
