@@ -3,15 +3,19 @@
 * **At submission** (``plan_requirement``): the requirement the rules in force give the
   plan goes into its fingerprinted policy (``policy["requirement"]``, only when a rule
   matched, so a plan no rule matches is fingerprinted as before) and its
-  ``requirement`` column. A threshold no active person can fill refuses the plan at once
-  (``NoOneCanDecide``), naming the group.
+  ``requirement`` column. A requirement no set of active people could meet under the
+  floor (``plan_floor``: never the requester, never the registrar alone on an
+  irreversible plan, distinct approvers) refuses the plan at once (``NoOneCanDecide``),
+  naming the group.
 * **At each decision** (``decision_refusal``, ``approvals_count``): only a reviewer in one
   of the requirement's groups decides; the groups they were in are stored on their
   approval, and the plan is approved once distinct approvers fill every clause, each
-  approval counting toward one threshold only.
-* **At the claim** (``claim_refusal``): the worker checks the stored requirement is the
-  fingerprinted one, that the rules in force still give it, and that the approvals, by
-  the groups recorded when they were given, meet it.
+  approval counting toward one threshold only, and only while its maker may still give
+  it (``approvals_standing``: active, a reviewer, still in the group).
+* **At the claim** (``claim_refusal``, ``claim_void_problem``): the worker checks the
+  stored requirement is the fingerprinted one, that the rules in force still give it,
+  and that the approvals, by the groups recorded when they were given and their makers
+  still in, meet it.
 
 Being a superuser gives no eligibility: only membership of a named group does (and the
 review permission, as for every decision). A superuser outside the groups may decide by
