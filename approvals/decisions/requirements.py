@@ -456,8 +456,10 @@ def _standing_of(approval: Approval, facts: dict[str, Any] | None, names: set[st
         return None, VOID_NOT_REVIEWER
     if names is None:
         return [], None
-    recorded = set(approval.groups or [])
-    kept = sorted(recorded & facts["groups"] & names)
+    # A group recorded outside the requirement is no membership lapsing: such a row was
+    # not written by the decide service, and the claim refuses it as it is.
+    recorded = set(approval.groups or []) & names
+    kept = sorted(recorded & facts["groups"])
     if recorded and not kept:
         return None, "no longer a member of " + ", ".join(sorted(recorded))
     return kept, None
