@@ -17,7 +17,7 @@ from actions.lib.exceptions import NotFound
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent
 
-from .decisions.requirements import plan_requirement_answer
+from .decisions.requirements import approvals_standing_prefetch, plan_requirement_answer
 from .models import Approval, Attempt, DecidingGroup, OidcIdentity, Plan, PlanStatus
 
 
@@ -231,6 +231,8 @@ def _requirements_answered(rows: list[Plan]) -> None:
             plan__in=ruled, decision=Approval.Decision.APPROVE
         ).order_by("created_at"):
             given[approval.plan_id].append(approval)
+        # Whether each still counts (its maker active, still in its group): one query.
+        approvals_standing_prefetch(ruled, [a for theirs in given.values() for a in theirs])
     for plan in rows:
         plan.requirement_answer = (
             plan_requirement_answer(plan, approvals=given[plan.id]) if plan.requirement else {}

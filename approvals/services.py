@@ -71,6 +71,10 @@ from .decisions.refusals import refused_submission_record
 from .decisions.requirements import (
     approval_alone_meets,
     approvals_count,
+    approvals_read,
+    approvals_standing,
+    approvals_standing_meet,
+    approvals_void_record,
     deciding_groups_record,
     decision_refusal,
     grant_may_decide,
@@ -354,6 +358,7 @@ def _plan_requirement(
             requester=requester,
             ttl_seconds=action.spec.approval.plan_ttl,
             added=added,
+            agent=agent,
         )
     except NoOneCanDecide as exc:
         _refuse(agent, action, exc, "decision_rules")
@@ -1043,21 +1048,31 @@ def approval_record(
                     outcome_detail="denied by a reviewer",
                 )
             else:
-                approvals = plan.approvals.filter(
-                    decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint
-                ).count()
+                rows = approvals_read(
+                    plan,
+                    plan.approvals.filter(
+                        decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint
+                    ),
+                )
+                # Only approvals whose makers may still give them count: one by someone
+                # deactivated, no longer allowed to review or out of the group it was
+                # for since is void, and audited as such (approvals/decisions).
+                standing = approvals_standing(plan, rows)
+                approvals_void_record(plan, rows, standing, actor=SYSTEM)
                 data = {
-                    "approvals": approvals,
+                    "approvals": len(rows) - len(standing.void),
                     "required": plan.required_approvals,
                     "comment": comment,
                 }
+                if standing.void:
+                    data["void"] = len(standing.void)
                 if plan_policy_requirement(plan):
-                    assessment = approvals_count(plan)
+                    assessment = approvals_count(plan, rows, standing)
                     met = assessment.met
                     data["groups"] = [] if break_glass else reviewer_groups(plan, reviewer, at=now)
                     data["requirement_met"] = met
                 else:
-                    met = approvals >= plan.required_approvals
+                    met = approvals_standing_meet(plan, rows, standing)
                 if break_glass:
                     data["break_glass"] = True
                 audit_record(kind="approval.recorded", actor=actor, plan=plan, data=data)
@@ -1154,11 +1169,13 @@ def _creator_would_approve_alone(plan: Plan, reviewer, *, break_glass: bool = Fa
         return False
     if plan.agent.created_by_id != reviewer.pk:
         return False
-    others = (
-        plan.approvals.filter(decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint)
-        .exclude(reviewer=reviewer)
-        .count()
+    rows = list(
+        plan.approvals.filter(
+            decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint
+        ).exclude(reviewer=reviewer)
     )
+    # Someone else's approval that no longer counts is no one else's approval.
+    others = len(rows) - len(approvals_standing(plan, rows).void)
     if plan_policy_requirement(plan):
         # Decision rules: refused when this approval alone would meet the requirement.
         return others == 0 and approval_alone_meets(plan, reviewer, break_glass=break_glass)

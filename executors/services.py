@@ -55,7 +55,7 @@ from actions.rules import first_failing, rule_text
 from actions.vault import VaultError
 from approvals.decisions.policies import MODE as POLICY_MODE
 from approvals.decisions.policies import policy_claim_refusal
-from approvals.decisions.requirements import claim_refusal
+from approvals.decisions.requirements import claim_refusal, claim_void_problem
 from approvals.grants import grant_refusal_reason
 from approvals.identity.passkeys import plan_signature_problem
 from approvals.identity.requester import requester_approval_problem
@@ -170,6 +170,14 @@ def _refusal_reason(plan: Plan, now) -> str | None:
         return problem
     # The floor, again: no approval by the person the plan was requested for counts.
     problem = requester_approval_problem(plan)
+    if problem:
+        return problem
+    # Membership is authority: an approval counts only while its maker is still active,
+    # may still review and is still in the group it approved for (a break-glass one while
+    # its maker is still a superuser, a grant's while its maker is still active). One
+    # that no longer does is audited, and the plan is not sent unless the others decide
+    # it (approvals/decisions/requirements.py).
+    problem = claim_void_problem(plan, now)
     if problem:
         return problem
     # The catalog's policies, again, with the facts the plan was proposed on: a forbid in
