@@ -1,5 +1,5 @@
-"""Screenshots of the reviewer pages for the README: the queue, and a plan page on a
-desktop (1280 px wide) and on a phone (390 px).
+"""Screenshots of the reviewer pages for the README: the queue, a plan page and the audit
+log, each on a desktop (1280 px wide) and on a phone (390 px).
 
     .venv/bin/python bench/screenshots.py [--out docs/screenshots] [--language en] [--every-kind]
     make screenshots
@@ -159,10 +159,19 @@ def capture(
         page.wait_for_timeout(1200)
         shots.append(out / "plan.png")
         page.screenshot(path=str(shots[-1]), full_page=True)
+        page.goto("/plans/audit/")
+        shots.append(out / "audit.png")
+        page.screenshot(path=str(shots[-1]))
         phone = _log_in(browser, url, PHONE, language)
+        phone.wait_for_timeout(1200)
+        shots.append(out / "queue-phone.png")
+        phone.screenshot(path=str(shots[-1]))
         phone.goto(f"/plans/{ids[SUBJECT]}/")
         phone.wait_for_timeout(1200)
         shots.append(out / "plan-phone.png")
+        phone.screenshot(path=str(shots[-1]))
+        phone.goto("/plans/audit/")
+        shots.append(out / "audit-phone.png")
         phone.screenshot(path=str(shots[-1]))
         if every_kind:
             for action, plan_id in ids.items():
