@@ -12,9 +12,11 @@ import re
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django.utils import timezone
 
 from approvals.grants import grant_create
 from approvals.models import Plan, PlanStatus
+from approvals.selectors import plan_decided_by
 from approvals.services import approval_record
 from executors.services import execution_run
 from tests.approvals.test_decision_rules import DELETE, demo_rules, load_rules, person
@@ -230,3 +232,11 @@ def test_a_grants_confirmation_has_no_double_period(rita, agent, catalog):
     [message] = [str(m) for m in response.context["messages"]]
     assert message.startswith("Session grant made for agent test-agent (until ")
     assert ".." not in message and message.endswith(").")
+
+
+def test_a_plain_read_that_needs_no_decision_is_decided_by_no_one():
+    # The mode is in the plan's fingerprinted policy (an action with ``approval: none``).
+    read = Plan(policy={"mode": "none"}, status=PlanStatus.COMPLETED, decided_at=timezone.now())
+    assert plan_decided_by(read, []) == {"by": "no_one"}
+    undecided = Plan(policy={"mode": "per_call"}, status=PlanStatus.AWAITING_APPROVAL)
+    assert plan_decided_by(undecided, []) is None
