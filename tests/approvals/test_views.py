@@ -277,7 +277,7 @@ def test_queue_lists_awaiting_plans_with_class_agent_target_and_approvals_needed
     assert "/contacts/c-1001" in text and "test-agent" in text
     assert "data-expires-at=" in text
     row = re.search(rf'data-plan-id="{delete.id}".*?</tr>', text, re.S).group(0)
-    assert '<td data-testid="needed">2</td>' in row  # two distinct approvers (irreversible)
+    assert 'data-testid="needed">2</td>' in row  # two distinct approvers (irreversible)
 
 
 def test_queue_filters_by_class_agent_action_status_and_search(

@@ -156,6 +156,14 @@ def test_no_page_is_wider_than_a_phone(chromium, one_of_each):
         assert found["y"] + found["height"] <= PHONE["height"], found
         assert item.evaluate("el => el.getClientRects().length") == 1, item
     assert header.locator(".who").inner_text() == "rita"
+    # The queue stacks too: a card per plan, each cell beside its label, none cut off.
+    first = page.locator("table.plans tbody tr").first
+    labels = first.locator("td").evaluate_all(
+        "tds => tds.map(td => getComputedStyle(td, '::before').content)"
+    )
+    assert labels[:2] == ['"Class"', '"Action"'] and '"Decided by"' in labels
+    card = box(page, first)
+    assert card["x"] >= 0 and card["x"] + card["width"] <= PHONE["width"]
 
 
 def test_enter_on_the_login_page_signs_in(chromium):
