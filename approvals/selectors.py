@@ -17,6 +17,8 @@ from actions.lib.exceptions import NotFound
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent
 
+from .decisions.policies import MODE as POLICY_MODE
+from .decisions.policies import POLICY_PART
 from .decisions.requirements import approvals_standing_prefetch, plan_requirement_answer
 from .models import Approval, Attempt, DecidingGroup, OidcIdentity, Plan, PlanStatus
 
@@ -121,6 +123,9 @@ EXPIRING_SOON = timedelta(minutes=10)
 
 
 QUEUE_VIEWS = ("mine", "all")
+# The dashboard's link to the plans where the shadow policies and people disagreed.
+SHADOW_DISAGREE = "disagree"
+QUEUE_MAX_DAYS = 366
 
 
 def queue_filters(params) -> dict[str, str]:
@@ -130,12 +135,17 @@ def queue_filters(params) -> dict[str, str]:
         # A filtered link from before the views existed means every plan, as it did.
         view = (
             "all"
-            if any(params.get(k) for k in ("status", "cls", "agent", "action", "q"))
+            if any(params.get(k) for k in ("status", "cls", "agent", "action", "q", "shadow"))
             else "mine"
         )
+    days = params.get("days", "")
     return {
         "view": view,
-        "status": params.get("status", PlanStatus.AWAITING_APPROVAL),
+        # "All plans" means all of them, whatever their status, unless a status is asked
+        # for: a default of "awaiting" hid what policies and people had already decided.
+        "status": params.get("status", "") or "any",
+        "shadow": SHADOW_DISAGREE if params.get("shadow") == SHADOW_DISAGREE else "",
+        "days": days if days.isdigit() and 0 < int(days) <= QUEUE_MAX_DAYS else "",
         "cls": params.get("cls", ""),
         "agent": params.get("agent", ""),
         "action": params.get("action", ""),
@@ -193,6 +203,10 @@ def queue_page(
         plans = plans.filter(
             Q(target__path__icontains=filters["q"]) | Q(action__title__icontains=filters["q"])
         )
+    if filters.get("shadow") == SHADOW_DISAGREE:
+        plans = plans.filter(_shadow_disagreed())
+    if filters.get("days"):
+        plans = plans.filter(created_at__gte=timezone.now() - timedelta(days=int(filters["days"])))
     column, descending = QUEUE_SORTS[filters["sort"]]
     cursor = _cursor_decode(after) if after else None
     if cursor is not None:
@@ -209,7 +223,7 @@ def queue_page(
         last = rows[-1]
         next_cursor = _cursor_encode(getattr(last, column), last.id)
     crowded = _crowded_targets(rows)
-    _requirements_answered(rows)
+    _decisions_read(rows)
     now = timezone.now()
     for plan in rows:
         plan.same_target = crowded.get(_target_key(plan.target), 0) - 1
@@ -221,22 +235,62 @@ def queue_page(
     return rows, next_cursor
 
 
-def _requirements_answered(rows: list[Plan]) -> None:
-    """``requirement_answer`` on each plan under decision rules: what is met and what is
-    missing (one query for the page's approvals)."""
-    ruled = [plan for plan in rows if plan.requirement]
-    given: dict[Any, list[Approval]] = {plan.id: [] for plan in ruled}
-    if ruled:
-        for approval in Approval.objects.filter(
-            plan__in=ruled, decision=Approval.Decision.APPROVE
-        ).order_by("created_at"):
+def _decisions_read(rows: list[Plan]) -> None:
+    """On each plan of the page: ``requirement_answer`` under decision rules (what is met
+    and what is missing) and ``decided_by`` (plan_decided_by). One query for the page's
+    decisions and their reviewers, whatever the page's size."""
+    given: dict[Any, list[Approval]] = {plan.id: [] for plan in rows}
+    if rows:
+        for approval in (
+            Approval.objects.filter(plan__in=rows)
+            .select_related("reviewer")
+            .order_by("created_at", "id")
+        ):
             given[approval.plan_id].append(approval)
-        # Whether each still counts (its maker active, still in its group): one query.
-        approvals_standing_prefetch(ruled, [a for theirs in given.values() for a in theirs])
+    approving = {
+        plan_id: [a for a in decisions if a.decision == Approval.Decision.APPROVE]
+        for plan_id, decisions in given.items()
+    }
+    ruled = [plan for plan in rows if plan.requirement]
+    # Whether each approval still counts (its maker active, still in its group): one query.
+    approvals_standing_prefetch(ruled, [a for plan in ruled for a in approving[plan.id]])
     for plan in rows:
         plan.requirement_answer = (
-            plan_requirement_answer(plan, approvals=given[plan.id]) if plan.requirement else {}
+            plan_requirement_answer(plan, approvals=approving[plan.id]) if plan.requirement else {}
         )
+        plan.decided_by = plan_decided_by(plan, given[plan.id])
+
+
+# Who decided a plan, as the queue says it. The approval's mode is in the fingerprinted
+# policy (approvals/services.py); the people are the plan's decisions.
+DECIDED_BY_PEOPLE = "people"
+DECIDED_BY_POLICY = "policy"
+DECIDED_BY_GRANT = "grant"
+DECIDED_BY_NO_ONE = "no_one"
+
+
+def plan_decided_by(plan: Plan, decisions: list[Approval]) -> dict[str, Any] | None:
+    """Who decided ``plan``: ``{"by": "policy", "policies": [...]}``, ``{"by": "grant",
+    "grant": id}``, ``{"by": "no_one"}`` (a plain read that needs no decision) or
+    ``{"by": "people", "people": [(username, break_glass), ...]}`` (who approved it, or
+    who denied it); None while nobody has. ``decisions``: the plan's, already read."""
+    mode = (plan.policy or {}).get("mode")
+    # An approved plan revoked or cancelled afterwards keeps its decision: it says who
+    # approved it.
+    if plan.decided_at is None:
+        return None
+    if mode == "session_grant":
+        return {"by": DECIDED_BY_GRANT, "grant": str(plan.policy.get("grant", ""))}
+    if mode == POLICY_MODE:
+        part = plan.policy.get(POLICY_PART) or {}
+        return {"by": DECIDED_BY_POLICY, "policies": list(part.get("decided_by") or [])}
+    if mode == "none":
+        return {"by": DECIDED_BY_NO_ONE}
+    wanted = (
+        Approval.Decision.DENY if plan.status == PlanStatus.DENIED else Approval.Decision.APPROVE
+    )
+    people = [(a.reviewer.get_username(), a.break_glass) for a in decisions if a.decision == wanted]
+    return {"by": DECIDED_BY_PEOPLE, "people": people} if people else None
 
 
 def _target_key(target: dict[str, Any]) -> tuple[str, str]:
@@ -421,17 +475,22 @@ def busiest(
     return list(recent.values_list(field).annotate(n=Count("id")).order_by("-n", field)[:n])
 
 
-def shadow_disagreements(since: datetime, plans: QuerySet[Plan] | None = None) -> int:
-    """Plans proposed since ``since`` where the shadow policies and people disagreed: the
-    shadow would have approved what people denied, or refused what people approved."""
-    recent = (Plan.objects.all() if plans is None else plans).filter(created_at__gte=since)
+def _shadow_disagreed() -> Q:
+    """Plans where the shadow policies and people disagreed: the shadow would have
+    approved what people denied, or refused what people approved."""
     approved_by_people = Q(decided_at__isnull=False) & ~Q(
         status__in=[PlanStatus.DENIED, PlanStatus.EXPIRED, PlanStatus.CANCELLED]
     )
-    return recent.filter(
-        Q(shadow__outcome="approve", status=PlanStatus.DENIED)
-        | (Q(shadow__outcome="refuse") & approved_by_people)
-    ).count()
+    return Q(shadow__outcome="approve", status=PlanStatus.DENIED) | (
+        Q(shadow__outcome="refuse") & approved_by_people
+    )
+
+
+def shadow_disagreements(since: datetime, plans: QuerySet[Plan] | None = None) -> int:
+    """Plans proposed since ``since`` where the shadow policies and people disagreed (the
+    queue lists them: ``shadow=disagree``)."""
+    recent = (Plan.objects.all() if plans is None else plans).filter(created_at__gte=since)
+    return recent.filter(_shadow_disagreed()).count()
 
 
 def awaiting_count(plans: QuerySet[Plan] | None = None) -> int:

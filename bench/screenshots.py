@@ -1,5 +1,5 @@
-"""Screenshots of the reviewer pages for the README: the queue, and a plan page on a
-desktop (1280 px wide) and on a phone (390 px).
+"""Screenshots of the reviewer pages for the README: the queue, a plan page and the audit
+log, each on a desktop (1280 px wide) and on a phone (390 px).
 
     .venv/bin/python bench/screenshots.py [--out docs/screenshots] [--language en] [--every-kind]
     make screenshots
@@ -31,6 +31,7 @@ CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 PASSWORD = "pw-screenshots"
+DECISION_GROUPS = ("billing-approvers", "support-leads")
 # (age in minutes, action, input, reason), oldest first. The oldest is close to expiring,
 # so the queue shows its warning; SUBJECT is the plan page the README shows.
 SUBJECT = "delete_contact"
@@ -90,7 +91,7 @@ def prepare(upstream_url: str) -> dict[str, str]:
     """Migrate, load the demo catalog, add a reviewer and an agent, propose the plans.
     Returns the plans' ids by action."""
     from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Permission
+    from django.contrib.auth.models import Group, Permission
     from django.core.management import call_command
     from django.db.models import F
 
@@ -112,8 +113,13 @@ def prepare(upstream_url: str) -> dict[str, str]:
         role=Credential.Role.READ,
         secret={"token": DEFAULT_READ_TOKEN},
     )
-    user = get_user_model().objects.create_user(username="rita", password=PASSWORD)
-    user.user_permissions.add(Permission.objects.get(codename="review_plan"))
+    # The groups the demo catalog's decision rules name, with two people in each: a plan
+    # nobody could decide would be refused (a deletion needs two different people).
+    for username in ("rita", "sam"):
+        user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+        user.user_permissions.add(Permission.objects.get(codename="review_plan"))
+        for name in DECISION_GROUPS:
+            user.groups.add(Group.objects.get_or_create(name=name)[0])
     names = [action for _, action, _, _ in PLANS]
     agent, _ = agent_create(name="billing-assistant", action_names=names, active=True)
     Agent.objects.filter(pk=agent.pk).update(attributes={"workspace": "ws-blue"})
@@ -159,10 +165,19 @@ def capture(
         page.wait_for_timeout(1200)
         shots.append(out / "plan.png")
         page.screenshot(path=str(shots[-1]), full_page=True)
+        page.goto("/plans/audit/")
+        shots.append(out / "audit.png")
+        page.screenshot(path=str(shots[-1]))
         phone = _log_in(browser, url, PHONE, language)
+        phone.wait_for_timeout(1200)
+        shots.append(out / "queue-phone.png")
+        phone.screenshot(path=str(shots[-1]))
         phone.goto(f"/plans/{ids[SUBJECT]}/")
         phone.wait_for_timeout(1200)
         shots.append(out / "plan-phone.png")
+        phone.screenshot(path=str(shots[-1]))
+        phone.goto("/plans/audit/")
+        shots.append(out / "audit-phone.png")
         phone.screenshot(path=str(shots[-1]))
         if every_kind:
             for action, plan_id in ids.items():

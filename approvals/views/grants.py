@@ -153,7 +153,9 @@ def grant_create_view(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(
                 request,
-                _("Session grant made for agent %(agent)s until %(until)s.")
+                # The time in brackets: an English time ends in "a.m."/"p.m.", and a
+                # sentence's period after it read "a.m..".
+                _("Session grant made for agent %(agent)s (until %(until)s).")
                 % {
                     "agent": agent.name,
                     "until": date_format(

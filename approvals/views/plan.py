@@ -111,6 +111,24 @@ SHADOW_WORDS = {
     "refuse": gettext_lazy("would have refused this plan"),
     "review": gettext_lazy("would have sent this plan to people, as it went"),
 }
+# The change's heading says what the plan's state makes true: it would change (not yet
+# decided or written), it changed (written and done), or it was only planned.
+CHANGES_HEADINGS = {
+    "would": gettext_lazy("What would change"),
+    "did": gettext_lazy("What changed"),
+    "planned": gettext_lazy("What was planned"),
+}
+WOULD_CHANGE = frozenset({PlanStatus.AWAITING_APPROVAL, PlanStatus.APPROVED, PlanStatus.EXECUTING})
+
+
+def _changes_tense(plan: Plan) -> str:
+    if plan.status in WOULD_CHANGE:
+        return "would"
+    if plan.status == PlanStatus.COMPLETED:
+        return "did"
+    return "planned"
+
+
 # Without JavaScript nothing polls: the page reloads itself while the worker is busy.
 NO_SCRIPT_REFRESH_SECONDS = 5
 
@@ -239,6 +257,12 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
     )
     if not may_decide:
         decidable = False
+    # Someone who cannot decide is told which groups can.
+    needed_groups = (
+        sorted({t["group"] for c in requirement.get("all_of", []) for t in c["any_of"]})
+        if requirement and not may_decide
+        else []
+    )
     live = plan.status in PlanStatus.in_flight() or plan.status == PlanStatus.PENDING
     context = {
         "plan": plan,
@@ -263,6 +287,7 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "shadow_words": SHADOW_WORDS.get((plan.shadow or {}).get("outcome"), ""),
         "clauses_met": sum(1 for c in requirement.get("all_of", []) if c["met"]),
         "may_decide": may_decide,
+        "needed_groups": needed_groups,
         "break_glass": break_glass,
         "already_decided": already_decided,
         "requester_label": requester_label(plan.requester),
@@ -297,6 +322,8 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
             **_change_context(plan),
             **_revision_context(plan),
             "summary_html": plan_summary_html(plan, language),
+            "changes_tense": (tense := _changes_tense(plan)),
+            "changes_heading": CHANGES_HEADINGS[tense],
             "request_text": _request_text(plan.write_request),
             "expected_text": value_text(plan.precondition.get("expected")),
             "freshness": freshness,

@@ -70,6 +70,35 @@ def test_list_pages_do_not_grow_with_rows(rita, more_plans, url, headers):
     assert many == few, f"{url}: {few} queries with 3 plans, {many} with 30"
 
 
+def test_who_decided_costs_no_query_per_row(rita, more_plans, reviewer, second_reviewer):
+    """The "decided by" column names the people of each row with one query a page."""
+
+    def decided(total: int) -> None:
+        more_plans(total)
+        for plan in Plan.objects.filter(decided_at__isnull=True):
+            for person in (reviewer, second_reviewer):
+                Approval.objects.create(
+                    plan=plan,
+                    reviewer=person,
+                    decision="approve",
+                    fingerprint=plan.fingerprint,
+                    expires_at=plan.expires_at,
+                )
+        Plan.objects.filter(decided_at__isnull=True).update(
+            status="completed", decided_at=timezone.now()
+        )
+
+    url = "/plans/?view=all&per_page=50"
+    decided(3)
+    queries(rita, url)
+    few = queries(rita, url)
+    decided(30)
+    many = queries(rita, url)
+    assert many == few, f"{few} queries with 3 decided plans, {many} with 30"
+    page = rita.get(url).content.decode()
+    assert page.count('<span class="by-person">sam</span>') == 30
+
+
 def test_the_queue_shows_all_thirty(rita, more_plans):
     more_plans(30)
     page = rita.get("/plans/?per_page=50").content.decode()

@@ -277,7 +277,7 @@ def test_queue_lists_awaiting_plans_with_class_agent_target_and_approvals_needed
     assert "/contacts/c-1001" in text and "test-agent" in text
     assert "data-expires-at=" in text
     row = re.search(rf'data-plan-id="{delete.id}".*?</tr>', text, re.S).group(0)
-    assert '<td data-testid="needed">2</td>' in row  # two distinct approvers (irreversible)
+    assert 'data-testid="needed">2</td>' in row  # two distinct approvers (irreversible)
 
 
 def test_queue_filters_by_class_agent_action_status_and_search(
@@ -297,12 +297,18 @@ def test_queue_filters_by_class_agent_action_status_and_search(
 
     assert ids(action="update_invoice_memo") == {str(memo.id), str(theirs.id)}
     assert ids(agent="other-agent") == {str(theirs.id)}
-    assert ids(cls="reversible") == {str(email.id), str(memo.id), str(theirs.id)}
+    # A filter without a status means any status: decided plans are listed too.
+    assert ids(cls="reversible") == {str(p.id) for p in (email, memo, theirs, denied)}
+    assert ids(cls="reversible", status="awaiting_approval") == {
+        str(email.id),
+        str(memo.id),
+        str(theirs.id),
+    }
     assert ids(cls="irreversible") == set()
     assert ids(status="denied") == {str(denied.id)}
     assert ids(status="any") == {str(p.id) for p in (email, memo, theirs, denied)}
     assert ids(q="invoices/inv-2001") == {str(memo.id), str(theirs.id)}
-    assert ids(q="contact's email") == {str(email.id)}  # the action title
+    assert ids(q="contact's email") == {str(email.id), str(denied.id)}  # the action title
 
 
 def test_queue_keyset_pages_are_stable_when_plans_arrive(rita, make_plan):

@@ -18,6 +18,7 @@ from tests.e2e.test_browser import log_in
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 DESKTOP = {"width": 1280, "height": 800}
+HEADER_LINKS = ("Queue", "Dashboard", "Audit log", "Session grants", "Passkeys")
 PHONE = {"width": 390, "height": 844}
 AXE = Path(__file__).with_name("vendor") / "axe.min.js"
 # Where the measured positions are written for a person to read (the README quotes them).
@@ -130,6 +131,8 @@ def test_no_page_is_wider_than_a_phone(chromium, one_of_each):
     urls = [
         "/plans/",
         "/plans/?status=any",
+        "/plans/?view=all",
+        "/plans/passkeys/",
         "/plans/audit/",
         "/plans/dashboard/",
         "/plans/grants/",
@@ -141,6 +144,66 @@ def test_no_page_is_wider_than_a_phone(chromium, one_of_each):
     # The header folds: the brand and the page's heading are on screen, one above the other.
     page.goto("/plans/")
     assert box(page, page.locator("header.top"))["height"] < 120
+    # Every link of the header, the user name and Log out are on screen, none cut off.
+    header = page.locator("header.top")
+    items = [header.get_by_role("link", name=n) for n in HEADER_LINKS] + [
+        header.locator(".who"),
+        header.get_by_role("button", name="Log out"),
+    ]
+    for item in items:
+        found = box(page, item)
+        assert found["x"] >= 0 and found["x"] + found["width"] <= PHONE["width"], found
+        assert found["y"] + found["height"] <= PHONE["height"], found
+        assert item.evaluate("el => el.getClientRects().length") == 1, item
+    assert header.locator(".who").inner_text() == "rita"
+    # The queue stacks too: a card per plan, each cell beside its label, none cut off.
+    first = page.locator("table.plans tbody tr").first
+    labels = first.locator("td").evaluate_all(
+        "tds => tds.map(td => getComputedStyle(td, '::before').content)"
+    )
+    assert labels[:2] == ['"Class"', '"Action"'] and '"Decided by"' in labels
+    card = box(page, first)
+    assert card["x"] >= 0 and card["x"] + card["width"] <= PHONE["width"]
+
+
+def test_enter_on_the_login_page_signs_in(chromium):
+    page = chromium()
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill("rita")
+    page.get_by_label("Password").fill("pw-rita")
+    page.get_by_label("Password").press("Enter")
+    page.wait_for_url("**/plans/")
+    # The language switcher is still there, after the content, and still works.
+    assert page.get_by_test_id("language-switcher").is_visible()
+
+
+def test_the_audit_logs_identifiers_are_never_broken_mid_word(chromium, one_of_each):
+    for viewport in (DESKTOP, PHONE):
+        page = chromium(viewport=viewport)
+        log_in(page)
+        page.goto("/plans/audit/")
+        cells = page.locator("[data-testid=event-kind], [data-testid=event-actor]")
+        assert cells.count() >= 2 * len(one_of_each)
+        texts = set(cells.all_inner_texts())
+        assert "plan.proposed" in texts and "agent:test-agent" in texts
+        # Each on one line: an inline element broken over lines has a box per line.
+        broken = page.evaluate(
+            """() => [...document.querySelectorAll(
+                    '[data-testid=event-kind], [data-testid=event-actor]')]
+                .filter(el => el.getClientRects().length !== 1).map(el => el.textContent)"""
+        )
+        assert broken == [], (viewport, broken)
+        # Nothing is clipped unseen: what is wider than its cell scrolls in its own box.
+        assert overflow(page) == 0, viewport
+        if viewport is PHONE:
+            # A card per event: the labels are shown beside the values.
+            first = page.locator("table.events tbody tr").first
+            assert box(page, first)["width"] <= PHONE["width"]
+            labels = first.locator("td").evaluate_all(
+                "tds => tds.map(td => getComputedStyle(td, '::before').content)"
+            )
+            assert labels == ['"#"', '"When"', '"Kind"', '"Actor"', '"Plan"', '"Data"']
+            page.screenshot(path="/tmp/countersign-audit-phone.png")
 
 
 def test_the_queue_refresh_keeps_focus_and_scroll_and_j_k_move(chromium, agent_api):
