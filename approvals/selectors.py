@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from actions.lib.actors import agent_actor
@@ -19,7 +18,11 @@ from actions.models import Action, Agent
 
 from .decisions.policies import MODE as POLICY_MODE
 from .decisions.policies import POLICY_PART
-from .decisions.requirements import approvals_standing_prefetch, plan_requirement_answer
+from .decisions.requirements import (
+    approvals_standing,
+    approvals_standing_prefetch,
+    plan_requirement_answer,
+)
 from .models import Approval, Attempt, DecidingGroup, OidcIdentity, Plan, PlanStatus
 
 
@@ -174,18 +177,7 @@ def queue_page(
 
     ``filters["view"]``: ``mine`` (the plans ``user`` may decide now) or ``all`` (every
     plan ``user`` may see)."""
-    # A correlated count, not a JOIN + GROUP BY: it runs for the page's rows only, so the
-    # "all" view of a long history reads one index range instead of every plan.
-    given = (
-        Approval.objects.filter(plan=OuterRef("pk"), decision=Approval.Decision.APPROVE)
-        .order_by()
-        .values("plan")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    plans = Plan.objects.select_related("action", "agent").annotate(
-        approvals_given=Coalesce(Subquery(given), 0)
-    )
+    plans = Plan.objects.select_related("action", "agent")
     if user is not None:
         if filters.get("view", "all") == "mine":
             plans = plans_mine(user, plans)
@@ -251,13 +243,16 @@ def _decisions_read(rows: list[Plan]) -> None:
         plan_id: [a for a in decisions if a.decision == Approval.Decision.APPROVE]
         for plan_id, decisions in given.items()
     }
-    ruled = [plan for plan in rows if plan.requirement]
-    # Whether each approval still counts (its maker active, still in its group): one query.
-    approvals_standing_prefetch(ruled, [a for plan in ruled for a in approving[plan.id]])
+    # Whether each approval still counts (its maker active, with the review permission,
+    # still in its group): one query for the page.
+    approvals_standing_prefetch(rows, [a for theirs in approving.values() for a in theirs])
     for plan in rows:
         plan.requirement_answer = (
             plan_requirement_answer(plan, approvals=approving[plan.id]) if plan.requirement else {}
         )
+        # The class default's count: only the approvals that still count.
+        standing = approvals_standing(plan, approving[plan.id])
+        plan.approvals_given = len(approving[plan.id]) - len(standing.void)
         plan.decided_by = plan_decided_by(plan, given[plan.id])
 
 

@@ -40,7 +40,11 @@ from actions.spec import VERIFIABLE_KINDS
 
 from ..decisions.policies import MODE as POLICY_MODE
 from ..decisions.policies import policy_decided_by
-from ..decisions.requirements import plan_requirement_answer, reviewer_groups
+from ..decisions.requirements import (
+    approvals_standing,
+    plan_requirement_answer,
+    reviewer_groups,
+)
 from ..diffs import only_version_moved
 from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshness
 from ..identity.passkeys import plan_needs_signature
@@ -236,6 +240,11 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         )
     approvals = list(plan.approvals.select_related("reviewer"))
     approved_by = [a for a in approvals if a.decision == "approve"]
+    approvals_counted = (
+        len(approved_by) - len(approvals_standing(plan, approved_by).void)
+        if not plan.requirement
+        else len(approved_by)  # a ruled plan counts by clause (plan_requirement_answer)
+    )
     attempt = plan_attempt(plan)
     verdict = (attempt.reconciliation or {}).get("verdict", "") if attempt else ""
     seen = _seen_token(plan, approvals, verdict)
@@ -273,7 +282,10 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
         "target_id": target_id(plan),
         "approvals": approvals,
         "approved_by": approved_by,
-        "approvals_missing": max(0, plan.required_approvals - len(approved_by))
+        # Only the approvals that still count (a maker since deactivated, or without the
+        # review permission, counts no more: approvals/decisions/requirements.py).
+        "approvals_counted": approvals_counted,
+        "approvals_missing": max(0, plan.required_approvals - approvals_counted)
         if not requirement
         else 0,
         # Who decides (approvals/decisions): groups and counts, and whether this reader

@@ -226,6 +226,29 @@ def test_a_class_default_plan_does_not_count_a_deactivated_approver_either(
     assert [v["reason"] for v in voided(plan)] == ["deactivated"]
 
 
+def test_a_class_default_plans_page_and_queue_count_only_approvals_that_still_count(
+    client, make_plan, reviewer, second_reviewer, outsider, decide
+):
+    plan = make_plan("delete_contact", DELETE)
+    decide(plan, reviewer)
+    client.force_login(second_reviewer)
+
+    def shown() -> tuple[str, str]:
+        page = client.get(reverse("approvals:plan-detail", args=[plan.id])).content.decode()
+        progress = page.split('data-testid="approval-progress">')[1].split("</span>")[0]
+        queue = client.get(reverse("approvals:queue")).content.decode()
+        row = queue.split(f'data-plan-id="{plan.id}"')[1].split("</tr>")[0]
+        cell = row.split('data-testid="needed"')[1].split(">", 1)[1].split("</td>")[0]
+        return " ".join(progress.split()), " ".join(cell.split())
+
+    counted = shown()
+    assert counted[0] == "1 of 2"
+    deactivate(reviewer)
+    after = shown()
+    assert after[0] == "0 of 2"
+    assert after[1] != counted[1] and "2" in after[1]
+
+
 def test_deactivated_after_approval_the_worker_sends_nothing(
     make_plan, catalog, decide, execute, upstream
 ):
