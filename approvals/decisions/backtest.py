@@ -962,6 +962,11 @@ def policy_backtest_execute(*, backtest_id) -> str:
 # --- the report, for people --------------------------------------------------------------------
 
 
+def _counted(n: int, word: str) -> str:
+    """``1 page``, ``2 pages``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def report_text(report: Mapping[str, Any]) -> str:
     """The report as the command prints it: what matters first, with links."""
     totals = report["totals"]
@@ -970,9 +975,10 @@ def report_text(report: Mapping[str, Any]) -> str:
         f"{', '.join(report['draft']['policies']) or 'no policy'}",
         *changes_text(report.get("changes")),
         f"Window: {report['window']['since']} to {report['window']['until']}; "
-        f"{totals['plans']:,} plans read in {report['read']['pages']:,} pages "
+        f"{_counted(totals['plans'], 'plan')} read in "
+        f"{_counted(report['read']['pages'], 'page')} "
         f"of {report['read']['page_size']} ({report['read']['seconds']:.1f} s); "
-        f"{report['refused_let_through']['read']:,} refused submissions",
+        f"{_counted(report['refused_let_through']['read'], 'refused submission')}",
         "",
     ]
 

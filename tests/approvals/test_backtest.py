@@ -366,7 +366,8 @@ def test_the_command_prints_the_report_and_writes_json(history, tmp_path, capsys
     assert "Would refuse what a person approved and was done: 1" in printed.out
     assert "Would change who must approve: 1" in printed.out
     assert "the class default -> 1 of billing-approvers" in printed.out
-    assert "plans read in 1 pages" in printed.err and "11 plans read in 4 pages" in printed.err
+    # Counted words agree with their numbers: "1 page", "4 pages".
+    assert "plans read in 1 page," in printed.err and "11 plans read in 4 pages" in printed.err
     report = json.loads(out.read_text())
     assert report["totals"]["plans"] == 11 and report["read"]["page_size"] == 3
     event = AuditEvent.objects.get(kind="policy.backtest")

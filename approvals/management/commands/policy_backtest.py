@@ -81,7 +81,9 @@ class Command(BaseCommand):
         began = time.monotonic()
 
         def progress(pages: int, plans: int, seconds: float) -> None:
-            sys.stderr.write(f"  {plans:,} plans read in {pages:,} pages, {seconds:.1f} s\n")
+            sys.stderr.write(
+                f"  {_count(plans, 'plan')} read in {_count(pages, 'page')}, {seconds:.1f} s\n"
+            )
             sys.stderr.flush()
 
         try:
@@ -108,3 +110,8 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError(f"cannot write {path}: {exc.strerror}") from None
         sys.stderr.write(f"done in {time.monotonic() - began:.1f} s\n")
+
+
+def _count(n: int, word: str) -> str:
+    """``1 page``, ``2 pages``: the progress line's counts."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
