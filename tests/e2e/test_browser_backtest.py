@@ -39,7 +39,8 @@ def report(live, agent_api):
     """A finished backtest whose report lists plans and a refused submission, with long
     values, as a worker would have stored it."""
     Group.objects.get_or_create(name="billing-approvers")
-    long_address = "someone.with.a.very.long.address." + "x" * 60 + "@example.test"
+    # Long, and still an address (a local part of at most 64 bytes, labels of 63).
+    long_address = "someone.with.a.very.long.address." + "x" * 24 + "@" + "y" * 60 + ".example.test"
     agent_api.propose(contact_id="c-1002", email=long_address)
     load_catalog(
         json.dumps({"version": 1, "policies": {"enforce": [{"text": FREEZE}]}}), source="test"
