@@ -241,7 +241,7 @@ def markdown(r: dict, images: dict[str, str]) -> str:
         quick += (
             f"\n\n> {', '.join(names)}: measured in the run of {when}"
             f"{' (a quick run)' if was_quick else ''}; this run (`--only`) measured the "
-            "others.\n"
+            "others."
         )
     parts.append(
         f"""# Benchmarks
@@ -1030,8 +1030,23 @@ rates.
 {large["plans"]:,} plans in **{fmt(large["seconds"], 1)} s** (budget ≤ {BUDGET_B8_SECONDS:g} s);
 peak memory at the largest history against the smallest: **{fmt(b8["rss_ratio"], 2)}**
 (budget ≤ {BUDGET_B8_RSS_RATIO:g}). The draft would have approved {fmt(large["draft"]["approve"])},
-refused {fmt(large["draft"]["refuse"])} and sent {fmt(large["draft"]["review"])} to people.
+refused {fmt(large["draft"]["refuse"])} and sent {fmt(large["draft"]["review"])} to people.{_b8_refused_text(b8)}
 """
+
+
+def _b8_refused_text(b8: dict) -> str:
+    """The refused submissions each history held beside its plans (a share of them), and
+    what the draft would let through; runs recorded before they were kept have none."""
+    large = b8["runs"][-1]
+    if "refused_read" not in large:
+        return ""
+    share = b8.get("refused_share")
+    return (
+        f"\n\nEach history also holds refused submissions"
+        f"{f' ({share:.0%} beside its plans)' if share else ''}, replayed with the plans: "
+        f"{fmt(large['refused_read'])} at the largest, of which the draft would let "
+        f"{fmt(large.get('refused_let_through', 0))} through."
+    )
 
 
 def _floor_text(b1: dict) -> str:
