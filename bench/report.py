@@ -1030,8 +1030,8 @@ rates.
 {large["plans"]:,} plans in **{fmt(large["seconds"], 1)} s** (budget ≤ {BUDGET_B8_SECONDS:g} s);
 peak memory at the largest history against the smallest: **{fmt(b8["rss_ratio"], 2)}**
 (budget ≤ {BUDGET_B8_RSS_RATIO:g}). The draft would have approved {fmt(large["draft"]["approve"])},
-refused {fmt(large["draft"]["refuse"])} and sent {fmt(large["draft"]["review"])} to people.{_b8_refused_text(b8)}
-"""
+refused {fmt(large["draft"]["refuse"])} and sent {fmt(large["draft"]["review"])} to people.
+{_b8_refused_text(b8)}"""
 
 
 def _b8_refused_text(b8: dict) -> str:
@@ -1042,10 +1042,10 @@ def _b8_refused_text(b8: dict) -> str:
         return ""
     share = b8.get("refused_share")
     return (
-        f"\n\nEach history also holds refused submissions"
+        f"\nEach history also holds refused submissions"
         f"{f' ({share:.0%} beside its plans)' if share else ''}, replayed with the plans: "
         f"{fmt(large['refused_read'])} at the largest, of which the draft would let "
-        f"{fmt(large.get('refused_let_through', 0))} through."
+        f"{fmt(large.get('refused_let_through', 0))} through.\n"
     )
 
 

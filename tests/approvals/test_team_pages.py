@@ -122,6 +122,8 @@ def test_the_active_view_is_marked(rita, make_plan):
     every = rita.get(url, {"view": "all"}).content.decode()
     assert re.search(r'data-testid="view-all" aria-current="page"', every)
     assert not re.search(r'data-testid="view-mine" aria-current', every)
+    # Who decided is a column of every plan; what is mine to decide is undecided.
+    assert 'data-testid="decided-by"' in every and 'data-testid="decided-by"' not in mine
 
 
 def test_the_dashboard_links_shadow_disagreements_to_those_plans(rita, make_plan):
