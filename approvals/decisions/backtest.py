@@ -559,8 +559,8 @@ def _cut(value: Any) -> str:
     return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
 
 
-def _refused_facts(row: dict, names: dict, agents: dict) -> PlanFacts:
-    """A refused submission as its policies saw it: the time and rate recorded then."""
+def _row_facts(row: dict, names: dict, agents: dict, *, now, hour: int, day: int) -> PlanFacts:
+    """A stored plan or refused submission as policies see it, at ``now`` and that rate."""
     agent = agents[row["agent_id"]]
     return PlanFacts(
         action=names[row["action_id"]],
@@ -573,9 +573,21 @@ def _refused_facts(row: dict, names: dict, agents: dict) -> PlanFacts:
         after=row["after"],
         changes=row["changes"] or (),
         requester=row["requester"],
+        now=now,
+        rate_hour=hour,
+        rate_day=day,
+    )
+
+
+def _refused_facts(row: dict, names: dict, agents: dict) -> PlanFacts:
+    """A refused submission as its policies saw it: the time and rate recorded then."""
+    return _row_facts(
+        row,
+        names,
+        agents,
         now=row["evaluated_at"],
-        rate_hour=row["rate_hour"],
-        rate_day=row["rate_day"],
+        hour=row["rate_hour"],
+        day=row["rate_day"],
     )
 
 
@@ -710,24 +722,7 @@ def backtest_run(
                 hour, day = windows.count(key, at)
                 run.rate_counted += 1
             windows.add(key, at)
-            agent = agents[row["agent_id"]]
-            facts.append(
-                PlanFacts(
-                    action=names[row["action_id"]],
-                    agent=agent[0],
-                    registrar=agent[1],
-                    agent_attributes=agent[2],
-                    target=row["target"] or {},
-                    input=row["input"] or {},
-                    before=row["before"],
-                    after=row["after"],
-                    changes=row["changes"] or (),
-                    requester=row["requester"],
-                    now=now,
-                    rate_hour=hour,
-                    rate_day=day,
-                )
-            )
+            facts.append(_row_facts(row, names, agents, now=now, hour=hour, day=day))
         windows.forget_before(_us(page[-1]["created_at"]))
         results = policy_evaluate_batch(facts, policies)
         for row, result in zip(page, results, strict=True):
