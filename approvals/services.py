@@ -68,6 +68,7 @@ from .decisions.policies import (
     shadow_disagrees,
 )
 from .decisions.refusals import refused_submission_record
+from .decisions.requester import REQUESTER_REFUSAL, Requester, RequesterMayNotApprove, is_requester
 from .decisions.requirements import (
     approval_alone_meets,
     approvals_count,
@@ -90,7 +91,6 @@ from .identity.passkeys import (
     approval_signature_verify,
     plan_needs_signature,
 )
-from .identity.requester import REQUESTER_REFUSAL, Requester, RequesterMayNotApprove, is_requester
 from .lifecycle import plan_expire, plan_transition
 from .models import Approval, IdempotencyRecord, Plan, PlanStatus
 from .notifications import NoticeEvent, notifications_wanted, notify_awaiting, notify_event
