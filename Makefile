@@ -6,6 +6,7 @@
 #   make soak    2 web servers and 2 workers executing 1,000 plans exactly once
 #   make bench   benchmarks (PostgreSQL + Redis); docs/benchmarks.md and docs/benchmarks/*.png
 #   make lint    ruff check + ruff format --check + the import contracts (lint-imports) +
+#                no circle of imports between files (config/release/check_cycles.py) +
 #                the migrations since the previous release keep it running (CHANGELOG.md)
 #   make fmt     apply ruff fixes and formatting
 #   make lock    regenerate requirements.lock from pyproject.toml
@@ -153,6 +154,7 @@ lint: venv
 	$(RUFF) check .
 	$(RUFF) format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) -m config.release.check_cycles
 	$(PY) -m config.release.check_migrations
 
 fmt: venv

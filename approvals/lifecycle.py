@@ -108,17 +108,6 @@ def _counted(plan: Plan, source: str, to: str, event: str, data: dict[str, Any])
     return count
 
 
-def counted_on_commit(increment) -> None:
-    """Run a metric's ``increment`` once the transaction commits (marked as bookkeeping
-    for approvals.wakeups.is_wakeup)."""
-
-    def count() -> None:
-        increment()
-
-    count.metrics_only = True  # type: ignore[attr-defined]
-    transaction.on_commit(count)
-
-
 def plan_expire(plan: Plan, *, actor: str, now) -> Plan:
     """A plan whose time ran out with no decision: the sweeper's pass, and any request
     that finds it late (a repeat look-up, a decision), end it the same way."""

@@ -183,7 +183,7 @@ class Plan(models.Model):
     revision_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="revisions"
     )
-    # The person the agent proposed this for (approvals/identity/requester.py): the issuer,
+    # The person the agent proposed this for (approvals/decisions/requester.py): the issuer,
     # subject, groups, name and e-mail of the verified ID token the agent attached, or
     # null for a plan the agent proposed alone. Fingerprinted (iss, sub, groups).
     requester = models.JSONField(null=True, blank=True)

@@ -68,6 +68,7 @@ from .decisions.policies import (
     shadow_disagrees,
 )
 from .decisions.refusals import refused_submission_record
+from .decisions.requester import REQUESTER_REFUSAL, Requester, RequesterMayNotApprove, is_requester
 from .decisions.requirements import (
     approval_alone_meets,
     approvals_count,
@@ -90,12 +91,12 @@ from .identity.passkeys import (
     approval_signature_verify,
     plan_needs_signature,
 )
-from .identity.requester import REQUESTER_REFUSAL, Requester, RequesterMayNotApprove, is_requester
-from .lifecycle import counted_on_commit, plan_expire, plan_transition
+from .lifecycle import plan_expire, plan_transition
 from .models import Approval, IdempotencyRecord, Plan, PlanStatus
 from .notifications import NoticeEvent, notifications_wanted, notify_awaiting, notify_event
 from .permissions import can_review
 from .selectors import plan_visible_to
+from .wakeups import counted_on_commit
 
 log = logging.getLogger(__name__)
 

@@ -114,9 +114,23 @@ def plan_changed(plan_id: Any, status: str) -> None:
     transaction.on_commit(publish_change)
 
 
+def counted_on_commit(increment: Callable[[], Any]) -> None:
+    """Run a metric's ``increment`` once the transaction commits, marked as bookkeeping
+    (``is_wakeup``) like the counting of a move in approvals.lifecycle. Here, below the
+    lifecycle and the decisions, so that whatever counts can use it without importing
+    the module that changes a plan's state."""
+
+    def count() -> None:
+        increment()
+
+    count.metrics_only = True  # type: ignore[attr-defined]
+    transaction.on_commit(count)
+
+
 def is_wakeup(callback: Callable[..., Any]) -> bool:
-    """Is this on-commit callback a long-poll wake-up, or the metrics counting a move
-    (approvals.lifecycle), rather than work handed over? (Tests counting callbacks.)"""
+    """Is this on-commit callback a long-poll wake-up, or metrics counted on commit (a
+    move in approvals.lifecycle, ``counted_on_commit``), rather than work handed over?
+    (Tests counting callbacks.)"""
     return getattr(callback, "plan_wakeup", False) or getattr(callback, "metrics_only", False)
 
 

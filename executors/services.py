@@ -55,10 +55,10 @@ from actions.rules import first_failing, rule_text
 from actions.vault import VaultError
 from approvals.decisions.policies import MODE as POLICY_MODE
 from approvals.decisions.policies import policy_claim_refusal
+from approvals.decisions.requester import requester_approval_problem
 from approvals.decisions.requirements import claim_refusal, claim_void_problem
 from approvals.grants import grant_refusal_reason
 from approvals.identity.passkeys import plan_signature_problem
-from approvals.identity.requester import requester_approval_problem
 from approvals.lifecycle import (
     approvals_spend,
     attempt_count_send,

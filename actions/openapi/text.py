@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from actions.catalog import result_promise_problem
-
-if TYPE_CHECKING:
-    from .operations import Operation
 
 _MARKUP = re.compile(r"<[A-Za-z/!]|&(?:#[0-9]{1,7}|#x[0-9A-Fa-f]{1,6}|[A-Za-z]{2,31});")
 _BLOCK_TAGS = {"p", "div", "br", "li", "ul", "ol", "tr", "table", "h1", "h2", "h3", "h4", "pre"}
@@ -51,8 +48,18 @@ def plain_text(text: str) -> str:
     return "\n".join(out).strip()
 
 
+class Described(Protocol):
+    """What a card is drafted from: an operation (operations.Operation) as this module
+    sees it, so that the operations, which read their text through ``plain_text``, are
+    not also imported here (no circle between the two files)."""
+
+    pointer: str
+
+    def text(self, key: str) -> str: ...
+
+
 def draft_card(
-    op: Operation, xc: dict[str, Any], warn, result: dict[str, Any]
+    op: Described, xc: dict[str, Any], warn, result: dict[str, Any]
 ) -> tuple[dict[str, str], bool]:
     """The card, and whether its ``result`` sentence was drafted from the declared
     result fields (the other fields but ``effect`` are left to a person)."""

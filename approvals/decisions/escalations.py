@@ -23,9 +23,9 @@ from actions.lib.audit import audit_record
 from actions.lib.metrics import ESCALATIONS
 from actions.policy.reviewers import duration_text
 
-from ..lifecycle import counted_on_commit
 from ..models import DecidingGroup, PlanStatus
 from ..notifications import NoticeEvent, notify_event
+from ..wakeups import counted_on_commit
 
 log = logging.getLogger(__name__)
 

@@ -53,6 +53,7 @@ from actions.policy.sources import ENFORCE, SHADOW
 from actions.policy.versions import policies_in_force
 
 from ..models import Plan
+from ..wakeups import counted_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -435,8 +436,5 @@ def shadow_disagrees(plan: Plan, decision: str) -> bool:
         would == REFUSE and decision == "approve"
     )
     if disagrees:
-        # Imported here: lifecycle imports this module's package (requirements).
-        from ..lifecycle import counted_on_commit  # noqa: PLC0415 - see above
-
         counted_on_commit(SHADOW_DISAGREEMENTS.labels(shadow=would).inc)
     return disagrees

@@ -1,5 +1,4 @@
-"""On behalf of a person: the ID token an agent attaches to a proposal, verified, and the
-floor that keeps that person from approving their own request.
+"""On behalf of a person: the ID token an agent attaches to a proposal, verified.
 
 An agent acting for someone sends that person's ID token from the identity provider
 Countersign signs reviewers in with (``Countersign-On-Behalf-Of`` on the JSON API,
@@ -14,13 +13,16 @@ configured algorithm (mozilla-django-oidc's ``get_payload_data``, PyJWT undernea
 our issuer, our client id as audience (``azp`` us when there are several), an expiry
 and issue time within the leeway, a subject. There is no nonce: the token was issued
 to a sign-in at the agent's side, not ours. The keys are read with a bounded GET and
-kept DISCOVERY_FRESH_SECONDS; a ``kid`` not among them reads them again at once, at
+kept JWKS_FRESH_SECONDS; a ``kid`` not among them reads them again at once, at
 most every JWKS_REFETCH_SECONDS, so a rotated key works without a restart and a flood
 of made-up ``kid`` values cannot make us hammer the provider (nor a provider that is
 down hold up every request: the keys read last count meanwhile).
 
-The person is kept on the plan (``Plan.requester``: iss, sub, groups, name, e-mail) and
-the first three in its fingerprint. A plan without a token is the agent's alone.
+What this module gives is a :class:`Requester`, for the surfaces that take a token (the
+agent API and MCP) to hand to the core. What a requester then means for a plan (it is kept
+on the plan and in its fingerprint, and that person never approves it) is a rule of who
+decides, in approvals/decisions/requester.py: this module is sign-in's part, the token's
+checks, and the core imports nothing of it.
 """
 
 from __future__ import annotations
@@ -37,9 +39,16 @@ from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
 from django.utils.encoding import smart_str
 
-from actions.lib.exceptions import CountersignError, NotAllowed
+from actions.lib.exceptions import CountersignError
 
-from ..models import Approval, OidcIdentity
+from ..decisions.requester import Requester
+from .oidc import (
+    ReviewerOIDCBackend,
+    SignInRefused,
+    _groups,
+    _library_reason,
+    id_token_claims_check,
+)
 from .provider import provider_json
 
 logger = logging.getLogger(__name__)
@@ -61,34 +70,6 @@ class OnBehalfOfRefused(CountersignError):
     status = 403
     type = "on-behalf-of-refused"
     title = "The person's token was refused"
-
-
-class RequesterMayNotApprove(NotAllowed):
-    """The floor: the person a plan was proposed for is never one of its approvers."""
-
-    type = "requester-may-not-approve"
-
-
-REQUESTER_REFUSAL = "this plan was proposed on your behalf: another reviewer must approve it"
-
-
-@dataclass(frozen=True)
-class Requester:
-    issuer: str
-    subject: str
-    groups: tuple[str, ...]
-    name: str
-    email: str
-
-    def stored(self) -> dict[str, Any]:
-        """What ``Plan.requester`` holds."""
-        return {
-            "iss": self.issuer,
-            "sub": self.subject,
-            "groups": sorted(self.groups),
-            "name": self.name,
-            "email": self.email,
-        }
 
 
 # --- the provider's keys ------------------------------------------------------------------
@@ -186,15 +167,6 @@ def _text(value: Any, limit: int) -> str:
 def requester_from_token(token: str) -> Requester:
     """The person an ID token names, once it passes the sign-in's checks; raises
     OnBehalfOfRefused with the reason otherwise."""
-    # The sign-in's module: it imports the services, which import this one.
-    from .oidc import (  # noqa: PLC0415
-        ReviewerOIDCBackend,
-        SignInRefused,
-        _groups,
-        _library_reason,
-        id_token_claims_check,
-    )
-
     if not settings.COUNTERSIGN_OIDC:
         raise OnBehalfOfRefused(
             f"{HEADER} needs single sign-on, which is not configured here; no plan was made"
@@ -241,43 +213,3 @@ def requester_from_sources(*tokens: str | None) -> Requester | None:
     if len(sent) > 1:
         raise _refused("two different ID tokens were sent")
     return requester_from_token(sent.pop())
-
-
-# --- the floor ------------------------------------------------------------------------------
-
-
-def is_requester(requester: dict | None, user) -> bool:
-    """Whether ``user`` is the person a plan was proposed for (``requester``: its
-    ``Plan.requester``): their sign-in identity (issuer, subject) is the requester's. A
-    plan the agent proposed alone has none."""
-    if not requester or user is None or not getattr(user, "pk", None):
-        return False
-    return OidcIdentity.objects.filter(
-        user_id=user.pk, issuer=requester.get("iss"), subject=requester.get("sub")
-    ).exists()
-
-
-def requester_approval_problem(plan) -> str | None:
-    """For the worker: why the approvals cannot count, if one of them is the requester's
-    (a row that got past the decide service, or a user linked to that identity since)."""
-    requester = plan.requester
-    if not requester:
-        return None
-    theirs = Approval.objects.filter(
-        plan_id=plan.pk,
-        decision=Approval.Decision.APPROVE,
-        reviewer__oidc_identity__issuer=requester.get("iss"),
-        reviewer__oidc_identity__subject=requester.get("sub"),
-    )
-    if theirs.exists():
-        return "an approval is by the person the plan was requested for"
-    return None
-
-
-def requester_label(requester: dict | None) -> str:
-    """ "Ada Lovelace (ada@example.com)", or the subject when the token named nobody."""
-    if not requester:
-        return ""
-    name = requester.get("name") or requester.get("sub") or ""
-    email = requester.get("email") or ""
-    return f"{name} ({email})" if email and email != name else name

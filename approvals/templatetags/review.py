@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from django.utils.translation import gettext, pgettext
 
-from ..identity.requester import requester_label
+from ..decisions.requester import requester_label
 
 register = template.Library()
 

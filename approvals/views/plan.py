@@ -40,6 +40,7 @@ from actions.spec import VERIFIABLE_KINDS
 
 from ..decisions.policies import MODE as POLICY_MODE
 from ..decisions.policies import policy_decided_by
+from ..decisions.requester import RequesterMayNotApprove, is_requester, requester_label
 from ..decisions.requirements import (
     approvals_standing,
     plan_requirement_answer,
@@ -48,7 +49,6 @@ from ..decisions.requirements import (
 from ..diffs import only_version_moved
 from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshness
 from ..identity.passkeys import plan_needs_signature
-from ..identity.requester import RequesterMayNotApprove, is_requester, requester_label
 from ..models import Passkey, Plan, PlanStatus
 from ..pages import page_error, plan_page
 from ..review import (
@@ -493,7 +493,7 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
         )
     except (RequesterMayNotApprove, DecisionRulesChanged) as exc:
         # The plan's page again, saying why, with the refusal's status (403 for the floor,
-        # approvals/identity/requester.py; 409 decision-rules-changed when the rules in
+        # approvals/decisions/requester.py; 409 decision-rules-changed when the rules in
         # force would give the plan another requirement): nothing changed, and the page
         # shows the plan as it is. An HTMX request gets the page's fragment, alike.
         messages.error(request, page_error(exc))

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from actions.fingerprint import fingerprint, plan_fingerprint_document, plan_fingerprint_matches
-from approvals.identity.requester import Requester, RequesterMayNotApprove
+from approvals.decisions.requester import Requester, RequesterMayNotApprove
 
 pytestmark = pytest.mark.django_db
 

@@ -327,7 +327,7 @@ def test_break_glass_is_audited_counted_and_told_to_every_group(make_plan, root,
 
 
 def test_break_glass_never_approves_the_superusers_own_request(make_plan, root):
-    from approvals.identity.requester import RequesterMayNotApprove
+    from approvals.decisions.requester import RequesterMayNotApprove
     from approvals.models import OidcIdentity
 
     person("bea", "billing-approvers")
