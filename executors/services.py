@@ -56,8 +56,7 @@ from approvals.models import Attempt, Plan, PlanStatus
 from .claims import ACTOR, NO_VALID_APPROVAL, NO_WRITE_CREDENTIAL, VAULT_LOCKED, Claim
 from .claims import claim_plan as _claim
 from .claims import event_name as _event
-from .claims import needs_no_approval as _needs_no_approval
-from .claims import refusal_reason as _refusal_reason
+from .claims import refusal_reason as _refusal_reason  # noqa: F401 - by its older name
 from .reconciliation import FIRST_FOLLOW_SECONDS, RECONCILE_DELAYS, read_back
 from .recording import Done as _Done
 from .recording import finish as _finish
@@ -79,8 +78,6 @@ log = logging.getLogger(__name__)
 
 # Longest wait honoured for an upstream's "retry after" before giving up (seconds).
 MAX_RETRY_WAIT_SECONDS = 30.0
-# Kept importable under their names: tests and operators reach for them here.
-_KEPT = (_needs_no_approval, _refusal_reason)
 
 
 @dataclass
