@@ -113,3 +113,71 @@ def test_every_kind_is_registered_by_dotted_path():
         assert type(kind) is import_string(path)
     with pytest.raises(UnknownKind):
         kind_named("smtp")
+
+
+# --- the contracts would catch an import against them ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """A copy of the product, to break (as tests/test_layers.py does)."""
+    import shutil
+
+    from tests.test_layers import PACKAGES
+
+    where = tmp_path_factory.mktemp("tree")
+    for name in PACKAGES:
+        shutil.copytree(ROOT / name, where / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", where / "pyproject.toml")
+    return where
+
+
+def _broken(where: Path) -> list[str]:
+    from tests.test_layers import lint_imports
+
+    done = lint_imports(where)
+    assert done.returncode != 0, done.stdout[-2000:]
+    return [row for row in done.stdout.splitlines() if row.endswith("BROKEN")]
+
+
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [
+        ("executors/reconciliation.py", "from actions.connectors.http import HTTPKind"),
+        ("actions/preview.py", "from actions.connectors.http.writing import set_pointer"),
+        # Indirectly: the core imports a module that imports a kind.
+        ("actions/connectors/registry.py", "from actions.connectors.http import outcomes"),
+    ],
+)
+def test_the_core_importing_a_kind_breaks_the_contract(tree, module, line):
+    path = tree / module
+    original = path.read_text()
+    try:
+        path.write_text(original + f"\n{line}  # noqa\n")
+        broken = _broken(tree)
+    finally:
+        path.write_text(original)
+    assert any("imports no connector kind" in row for row in broken), broken
+
+
+def test_a_kind_importing_another_breaks_the_contract(tree):
+    """A second kind, listed as each new kind is, that reaches into the first."""
+    second = tree / "actions" / "connectors" / "second"
+    pyproject = tree / "pyproject.toml"
+    original = pyproject.read_text()
+    listed = 'modules = ["actions.connectors.http"]'
+    assert listed in original
+    try:
+        second.mkdir()
+        (second / "__init__.py").write_text("from actions.connectors.http import reading\n")
+        pyproject.write_text(
+            original.replace(
+                listed, 'modules = ["actions.connectors.http", "actions.connectors.second"]'
+            )
+        )
+        broken = _broken(tree)
+    finally:
+        pyproject.write_text(original)
+        (second / "__init__.py").unlink()
+        second.rmdir()
+    assert any("No connector kind imports another" in row for row in broken), broken
