@@ -229,6 +229,16 @@ def observed(upstream, plan: Plan, results: list[str]) -> dict[str, Any]:
     return normal({"requests": requests, **recorded})
 
 
+def _until_answered(upstream, *, seconds: float = 10.0) -> None:
+    """Wait until the upstream has answered every request it received (a delayed write
+    has landed) before anyone reads the target back: the upstream logs a status once it
+    has acted, before it sends the answer."""
+    deadline = time.monotonic() + seconds
+    while any(entry["status"] is None for entry in upstream.requests_log()):
+        assert time.monotonic() < deadline, "the upstream never answered"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_requests_and_outcomes_match_the_golden_file(name, upstream, catalog, agent, approved, run):
     case = CASES[name]
@@ -242,7 +252,7 @@ def test_requests_and_outcomes_match_the_golden_file(name, upstream, catalog, ag
     results = [run(plan)]
     for step in case.then:
         if step == "wait":
-            time.sleep(1.0)  # the delayed write lands before anyone reads it back
+            _until_answered(upstream)
         elif step == "follow":
             results.append(pending_follow(plan_id=plan.id))
         else:
