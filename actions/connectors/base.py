@@ -196,7 +196,8 @@ class Writer(Protocol):
 
 
 class ConnectorKind:
-    """A kind of upstream. Every method must be overridden; see the module's docstring."""
+    """A kind of upstream. Every method that raises NotImplementedError here must be
+    overridden; see the module's docstring."""
 
     name = ""
     features = Features()
