@@ -1,8 +1,9 @@
 """Computing what a plan would change, by reading only.
 
-Everything here reads the upstream through actions.lib.http.ReadOnlyClient. The same
-functions serve revalidation in the worker: the version read right before writing is
-computed exactly as it was for the preview.
+Everything here reads the upstream through the connector's kind (actions/connectors/):
+its reader carries the read credential only and refuses writes. The same functions
+serve revalidation in the worker: the version read right before writing is computed
+exactly as it was for the preview.
 """
 
 from __future__ import annotations
@@ -12,57 +13,38 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from actions.lib.redaction import scrub_text
-
-from .lib.canonical import CanonicalJSONError, digest, escape_pointer_token, resolve_pointer
-from .lib.exceptions import CountersignError
-from .lib.http import FORM_CONTENT_TYPE, UpstreamError
+from .connectors.base import (
+    PreviewError,
+    Read,
+    TargetExists,
+    TargetNotFound,
+    UpstreamEchoesSecrets,
+    UpstreamTimeout,
+)
+from .connectors.registry import kind_of
+from .lib.canonical import escape_pointer_token
 from .models import Action
-from .spec import ActionSpec, form_pairs, markdown_block, markdown_code
+from .spec import ActionSpec, markdown_block, markdown_code
 
+__all__ = [
+    "Preview",
+    "PreviewError",
+    "ReadResult",
+    "TargetExists",
+    "TargetNotFound",
+    "UpstreamEchoesSecrets",
+    "UpstreamTimeout",
+    "compute_preview",
+    "diff",
+    "merge_patch",
+    "planned_after",
+    "planned_change",
+    "read_target",
+    "summary_markdown",
+]
 
-class PreviewError(CountersignError):
-    """The preview could not be computed; nothing was stored."""
-
-    status = 502
-    type = "upstream-read-failed"
-    title = "The upstream could not be read"
-
-
-class TargetNotFound(PreviewError):
-    status = 404
-    type = "target-not-found"
-    title = "The target does not exist"
-
-
-class TargetExists(PreviewError):
-    status = 409
-    type = "target-exists"
-    title = "The target already exists"
-
-
-class UpstreamEchoesSecrets(PreviewError):
-    """The upstream's answer repeated a credential Countersign sent or holds. The plan is
-    refused rather than shown redacted: nobody should approve a change computed from a
-    read the upstream poisoned."""
-
-    status = 502
-    type = "upstream-echoes-secrets"
-    title = "The upstream is echoing credentials"
-
-
-class UpstreamTimeout(PreviewError):
-    status = 504
-    type = "upstream-timeout"
-    title = "The upstream did not answer in time"
-
-
-@dataclass
-class ReadResult:
-    exists: bool
-    body: Any
-    version: Any
-    status: int
+# What a read of the target gives (actions.connectors.base.Read), by its older name.
+ReadResult = Read
 
 
 @dataclass
@@ -133,72 +115,17 @@ def planned_change(spec: ActionSpec, values: dict[str, Any], before: Any) -> tup
     return after, diff(before, after)
 
 
-def set_pointer(document: dict[str, Any], pointer: str, value: Any) -> dict[str, Any]:
-    result = copy.deepcopy(document)
-    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
-    node = result
-    for token in tokens[:-1]:
-        node = node.setdefault(token, {})
-    node[tokens[-1]] = value
-    return result
-
-
-def read_target(client, spec: ActionSpec, values: dict[str, Any]) -> ReadResult:
-    """GET the target through the read-only client and extract its version."""
-
-    path = spec.render_path(spec.read.path, values)
-    try:
-        response = client.get(path)
-    except UpstreamError as exc:
-        if exc.timeout:
-            raise UpstreamTimeout(str(exc)) from None
-        raise PreviewError(str(exc)) from None
-    if response.status in spec.read.not_found:
-        return ReadResult(exists=False, body=None, version=None, status=response.status)
-    if response.status != 200:
-        raise PreviewError(f"the upstream answered {response.status} to the read")
-    if response.truncated:
-        raise PreviewError("the upstream's representation is larger than allowed")
-    echoed = UpstreamEchoesSecrets(
-        "the upstream's answer to the read repeated a credential it was sent; "
-        "nothing was stored (fix the upstream or its proxy, then propose again)"
-    )
-    if response.secret_echoed:
-        raise echoed
-    try:
-        body = response.json()
-    except CanonicalJSONError as exc:
-        raise PreviewError(
-            "the upstream's representation is not usable JSON: " + scrub_text(exc.message)[0]
-        ) from None
-    if response.secret_echoed:
-        raise echoed
-    version = None
-    if spec.version is not None:
-        if spec.version.source == "etag":
-            version = response.header("etag")
-            if not version:
-                raise PreviewError("the upstream sent no ETag for a target versioned by ETag")
-        elif spec.version.source == "field":
-            try:
-                version = resolve_pointer(body, spec.version.field)
-            except KeyError:
-                raise PreviewError(
-                    f"the upstream's representation has no version field {spec.version.field}"
-                ) from None
-        else:
-            version = digest(body)
-    return ReadResult(exists=True, body=body, version=version, status=response.status)
-
-
-def is_weak_etag(value: Any) -> bool:
-    """A weak entity tag (``W/"…"``), which RFC 9110 never lets satisfy If-Match."""
-    return isinstance(value, str) and value[:2] in ("W/", "w/")
+def read_target(reader, spec: ActionSpec, values: dict[str, Any]) -> Read:
+    """Read the target through a reader its connector's kind opened (the read credential
+    only; it refuses writes), and extract its version."""
+    return kind_of(reader.connector).read(reader, spec, values)
 
 
 def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
-    """Resolve a validated input into before/after/changes and the exact write."""
+    """Resolve a validated input into before/after/changes and the exact write.
+    ``client`` is the reader the connector's kind opened (the read credential only)."""
     spec = action.spec
+    kind = kind_of(action.connector)
     target_path = spec.render_path(spec.target, values)
     target = {
         "connector": action.connector.name,
@@ -206,23 +133,17 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
         "path": target_path,
     }
     if spec.kind == "read":
-        return _read_preview(spec, values, target)
+        return _read_preview(spec, values, target, kind.read_request(spec, values))
     read = None
     if spec.read is not None:
-        read = read_target(client, spec, values)
+        read = kind.read(client, spec, values)
     body = spec.render_body(spec.write.body, values)
-    headers: dict[str, str] = {}
-    write_body = body
 
     if spec.kind == "create":
         if read is not None and read.exists:
             raise TargetExists(f"{target_path} already exists")
         before, after = None, body
-        if read is not None:
-            enforced = "if_none_match" if spec.write.precondition == "if_none_match" else "reread"
-            precondition = {"kind": "absent", "expected": None, "enforced_by": enforced}
-        else:
-            precondition = {"kind": "none", "expected": None, "enforced_by": "none"}
+        precondition = kind.precondition(spec, read, absent=True)
     elif spec.kind == "invoke":
         before, after = None, body
         precondition = {"kind": "none", "expected": None, "enforced_by": "none"}
@@ -231,41 +152,9 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
             raise TargetNotFound(f"{target_path} was not found upstream")
         before = read.body
         after = planned_after(spec.kind, before, body)
-        enforced = {"if_match": "if_match", "field": "field"}.get(spec.write.precondition, "reread")
-        weak = spec.version.source == "etag" and is_weak_etag(read.version)
-        if weak and enforced == "if_match":
-            # By RFC 9110 a weak validator never satisfies If-Match: sending it would be
-            # refused with 412 whatever the target's state. The worker's re-read, which
-            # compares the tag as it was read, is the only check left.
-            enforced = "reread"
-        precondition = {
-            "kind": "version",
-            "source": spec.version.source,
-            "expected": read.version,
-            "enforced_by": enforced,
-        }
-        if weak:
-            precondition["weak"] = True
+        precondition = kind.precondition(spec, read, absent=False)
 
-    headers.update(spec.write.headers)
-    if spec.write.precondition == "if_match" and precondition["enforced_by"] == "if_match":
-        headers["If-Match"] = read.version
-    elif spec.write.precondition == "if_none_match":
-        headers["If-None-Match"] = "*"
-    elif spec.write.precondition == "field":
-        write_body = set_pointer(body or {}, spec.write.precondition_field, read.version)
-
-    if write_body is not None and spec.write.content_type == FORM_CONTENT_TYPE:
-        # The exact pairs that will be sent, so the reviewer sees the request as it goes.
-        write_body = form_pairs(write_body, spec.write.form_style)
-    write_path = spec.render_path(spec.write.path, values)
-    write_request = {
-        "method": spec.write.method,
-        "path": write_path,
-        "headers": headers,
-        "content_type": spec.write.content_type if write_body is not None else None,
-        "body": write_body,
-    }
+    write_request = kind.write_request(spec, values, body, precondition, read)
     changes = diff(before, after)
     summary = summary_markdown(spec, values, target_path, changes, write_request)
     return Preview(
@@ -279,16 +168,11 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
     )
 
 
-def _read_preview(spec: ActionSpec, values: dict[str, Any], target: dict[str, Any]) -> Preview:
+def _read_preview(
+    spec: ActionSpec, values: dict[str, Any], target: dict[str, Any], request: dict[str, Any]
+) -> Preview:
     """A read is previewed without reading: the reviewer of a sensitive read sees what
     would be read and which fields the agent would receive, not the private record."""
-    request = {
-        "method": "GET",
-        "path": spec.render_path(spec.read.path, values),
-        "headers": {},
-        "content_type": None,
-        "body": None,
-    }
     fields = ", ".join(markdown_code(f.name) for f in spec.result)
     lines = [f"**Read** {markdown_code(target['path'])} — {spec.title}"]
     own = spec.render_summary(values)

@@ -17,20 +17,19 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from actions.clients import credential_auth, read_client
+from actions.connectors.registry import kind_of
 from actions.lib import dispatch
 from actions.lib.actors import EXECUTOR
 from actions.lib.audit import audit_record
 from actions.lib.canonical import escape_pointer_token, resolve_pointer
-from actions.lib.http import UpstreamError, WriteClient
+from actions.lib.exceptions import UpstreamError
 from actions.models import Credential
-from actions.preview import PreviewError, read_target
+from actions.preview import PreviewError
 from actions.rules import rule_holds
 from actions.vault import VaultError
 from approvals.lifecycle import plan_transition
 from approvals.models import Attempt, Plan, PlanStatus
 
-from .outcomes import classify
 from .results import merged, project
 from .vault import open_write_secret
 
@@ -68,14 +67,16 @@ def pending_follow(*, plan_id) -> str:
     if status is None or not attempt.status_path:
         return "skipped:no-status-request"
     result = plan.result
+    connector = plan.action.connector
+    kind = kind_of(connector)
     try:
-        with read_client(plan.action.connector) as client:
-            response = client.get(attempt.status_path)
-        body = response.json() if response.status == 200 else None
-        if body is not None and not response.secret_echoed:
+        with kind.reader(connector) as reader:
+            asked = kind.read_status(reader, attempt.status_path)
+        body = asked.body
+        if body is not None and not asked.answer.secret_echoed:
             # The accepted work's progress updates the fields its answer carries (a
             # deployment's status goes from queued to succeeded).
-            result = merged(result, project(plan.action.spec.result, response)[0])
+            result = merged(result, project(plan.action.spec.result, asked.answer)[0])
     except (UpstreamError, ValueError):
         body = None
     checks = attempt.status_checks + 1
@@ -193,9 +194,10 @@ def read_back(plan: Plan) -> tuple[str | None, dict[str, Any]]:
     """Re-read the target and decide: applied (completed), not applied (rejected), or
     neither (None: changed by someone else, or gone). The worker's verification of a 2xx
     and the reconciliation of an unknown outcome both ask this, so they never disagree."""
-    spec = plan.action.spec
-    with read_client(plan.action.connector) as client:
-        result = read_target(client, spec, plan.input)
+    connector = plan.action.connector
+    kind = kind_of(connector)
+    with kind.reader(connector) as reader:
+        result = kind.read(reader, plan.action.spec, plan.input)
     return judge(plan, result.exists, result.body, version=result.version)
 
 
@@ -205,7 +207,7 @@ def judge(
     """What a read of the target says about the plan's write (see ``read_back``).
 
     Only the fields the plan sets are compared (``planned_fields``): the upstream's own
-    fields (an id, a version, timestamps, an ETag) are expected to appear and to move. A
+    fields (an id, a version, timestamps, a version tag) are expected to appear and to move. A
     field the plan sets that reads back with another value is a mismatch, whoever made
     it: another writer, or the upstream storing it differently (a lower-cased email).
     Countersign cannot tell the two apart, so it verifies neither and names the field.
@@ -321,44 +323,34 @@ def _at(document: Any, pointer: str) -> Any:
 
 
 def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, dict[str, Any]]:
-    spec = plan.action.spec
+    spec, connector = plan.action.spec, plan.action.connector
+    kind = kind_of(connector)
     if spec.status is not None and spec.status.path:
-        with read_client(plan.action.connector) as client:
-            response = client.get(spec.render_path(spec.status.path, plan.input))
-        if response.status == 200:
-            body = response.json()
-            if rule_holds(spec.status.done_when, body, {}):
+        with kind.reader(connector) as reader:
+            asked = kind.read_status(reader, spec.render_path(spec.status.path, plan.input))
+        if asked.body is not None:
+            if rule_holds(spec.status.done_when, asked.body, {}):
                 return PlanStatus.COMPLETED, {"verdict": "applied (status request)"}
-            if spec.status.failed_when and rule_holds(spec.status.failed_when, body, {}):
+            if spec.status.failed_when and rule_holds(spec.status.failed_when, asked.body, {}):
                 return PlanStatus.REJECTED, {"verdict": "failed upstream (status request)"}
-        return None, {"verdict": f"status request answered {response.status}"}
-    if spec.write.idempotency_header and attempt is not None and attempt.sends:
-        credential = plan.action.connector.credential(Credential.Role.WRITE)
+        return None, {"verdict": f"status request {asked.said}"}
+    if kind.features.can_key_writes and kind.keys_writes(spec) and attempt and attempt.sends:
+        credential = connector.credential(Credential.Role.WRITE)
         if credential is None:
             return None, {"verdict": "no write credential to repeat the keyed request"}
-        secret = open_write_secret(credential)
-        request = plan.write_request
-        headers = {
-            **(request.get("headers") or {}),
-            spec.write.idempotency_header: attempt.idempotency_key,
-        }
-        with WriteClient(plan.action.connector, credential_auth(credential, secret)) as client:
-            response = client.request(
-                request["method"],
-                request["path"],
-                headers=headers,
-                body=request.get("body"),
-                content_type=request.get("content_type") or "application/json",
-            )
+        # Opened here, in the worker, and handed to the kind (it never opens one itself).
+        auth = kind.authenticate(credential, open_write_secret(credential))
+        with kind.writer(connector, spec, auth) as writer:
+            response = writer.send(plan.write_request, key=attempt.idempotency_key)
         # Counted, not a state change: the attempt stays as it ended (lost or answered).
         Attempt.objects.filter(pk=attempt.pk).update(sends=attempt.sends + 1)
-        state, _ = classify(response.status, on_conflict=spec.write.on_conflict)
-        if state in (
+        verdict = kind.classify(spec, response, plan.precondition, repeat=True)
+        if verdict.state in (
             PlanStatus.COMPLETED,
             PlanStatus.REJECTED,
             PlanStatus.ALREADY_IN_DESIRED_STATE,
         ):
-            return state, {
+            return PlanStatus(verdict.state), {
                 "verdict": f"the upstream answered the same key with {response.status}",
                 "upstream_status": response.status,
             }

@@ -23,6 +23,9 @@ from approvals.ops.heartbeats import heartbeat_record
 from . import broker
 from .reconciliation import RECONCILE_DELAYS, due, wake_look
 
+# The most plans whose lease ran out settled in one sweep (the next sweep takes the rest).
+LEASE_BATCH = 500
+
 
 def sweep(*, now=None) -> dict[str, int]:
     """Recover from lost messages and dead workers; expire what waited too long.
@@ -65,7 +68,7 @@ def sweep(*, now=None) -> dict[str, int]:
     lease_before = now - timedelta(seconds=settings.COUNTERSIGN_EXECUTION_LEASE_SECONDS)
     for plan in Plan.objects.filter(
         status=PlanStatus.EXECUTING, claimed_at__lte=lease_before
-    ).select_related("action")[:500]:
+    ).select_related("action")[:LEASE_BATCH]:
         with logcontext.scope(**logcontext.plan_fields(plan)):
             try:
                 report[_settle_lost_worker(plan, now)] += 1

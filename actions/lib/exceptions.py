@@ -144,3 +144,13 @@ class PolicyRefused(NotAllowed):
         self.version = version
         self.at = at
         self.rate = rate
+
+
+class UpstreamError(Exception):
+    """A request to an upstream failed; ``sent`` says whether it may have reached the
+    upstream (every connector kind raises this, whatever it speaks)."""
+
+    def __init__(self, message: str, *, sent: bool, timeout: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
+        self.timeout = timeout

@@ -21,6 +21,7 @@ import httpx
 from django.conf import settings
 
 from .canonical import loads_strict
+from .exceptions import UpstreamError
 from .metrics import UPSTREAM_REQUESTS, status_class
 from .redaction import remember_secrets, scrub_bytes, scrub_text, scrub_value
 
@@ -31,15 +32,6 @@ READ_METHODS = frozenset({"GET", "HEAD"})
 
 class ReadOnlyViolation(RuntimeError):
     """Something tried to send a write through the read-only client. Always a bug."""
-
-
-class UpstreamError(Exception):
-    """The request failed; ``sent`` says whether it may have reached the upstream."""
-
-    def __init__(self, message: str, *, sent: bool, timeout: bool = False) -> None:
-        super().__init__(message)
-        self.sent = sent
-        self.timeout = timeout
 
 
 @dataclass

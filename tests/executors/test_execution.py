@@ -12,13 +12,14 @@ import pytest
 from django.core import serializers
 from django.utils import timezone
 
+from actions.connectors.http.outcomes import classify
 from actions.lib.dispatch import EXECUTE_PLAN, RECONCILE, task_of
 from actions.lib.models import AuditEvent
 from actions.lib.redaction import REDACTED
 from actions.models import Action, Connector, Credential
 from approvals.models import Approval, Attempt, Plan, PlanStatus
 from approvals.wakeups import is_wakeup
-from executors.services import _claim, classify, execution_run
+from executors.services import _claim, execution_run
 from executors.sweeper import sweep
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 

@@ -9,6 +9,7 @@ import time
 import pytest
 from django.core import serializers
 
+from actions.connectors.http.outcomes import retry_after_seconds
 from actions.lib.dispatch import RECONCILE, task_of
 from actions.lib.models import AuditEvent
 from actions.models import Credential
@@ -16,7 +17,6 @@ from approvals.models import Attempt, PlanStatus
 from approvals.services import approval_revoke, plan_cancel, plan_resolve
 from approvals.wakeups import is_wakeup
 from executors.reconciliation import pending_follow, reconcile
-from executors.services import retry_after_seconds
 from tests.conftest import WRITE_TOKEN
 from tests.executors.test_execution import REMINDER, attempt_of, fresh
 

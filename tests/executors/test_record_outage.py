@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from actions.lib.models import AuditEvent
 from approvals.models import Attempt, Plan, PlanStatus
-from executors import services, sweeper
+from executors import recording, services, sweeper
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def first_record_fails(monkeypatch):
         return real(attempt, **kw)
 
     monkeypatch.setattr(services, "attempt_transition", attempt_transition)
-    monkeypatch.setattr(services, "_sleep", state["waits"].append)
+    monkeypatch.setattr(recording, "_sleep", state["waits"].append)
     return state
 
 
@@ -59,7 +59,7 @@ def test_the_answer_is_recorded_once_the_database_is_back(
     plan.refresh_from_db()
     assert plan.status == PlanStatus.COMPLETED and plan.verified
     assert plan.attempt.state == Attempt.State.ANSWERED
-    assert first_record_fails["waits"] == [services.RECORD_FIRST_WAIT]
+    assert first_record_fails["waits"] == [recording.RECORD_FIRST_WAIT]
     assert len([w for w in upstream.writes() if w["method"] == "PATCH"]) == 1
     assert AuditEvent.objects.filter(plan=plan, kind="execution.completed").count() == 1
 
@@ -96,8 +96,8 @@ def test_recording_gives_up_after_its_time(
         waits.append(seconds)
         clock["now"] += seconds
 
-    monkeypatch.setattr(services, "_sleep", sleep)
-    monkeypatch.setattr(services, "_clock", lambda: clock["now"])
+    monkeypatch.setattr(recording, "_sleep", sleep)
+    monkeypatch.setattr(recording, "_clock", lambda: clock["now"])
 
     def down(attempt, **kw):
         raise _outage()
