@@ -53,7 +53,7 @@ def test_the_contracts_hold():
         ("actions/policy/__init__.py", "from approvals.models import Plan", "point one way"),
         ("approvals/lifecycle.py", "from approvals.api.endpoints import api", "no surface"),
         ("approvals/decisions/__init__.py", "from approvals.views import plan", "no surface"),
-        ("approvals/services.py", "from approvals.ops.health import readiness", "no surface"),
+        ("approvals/services/deciding.py", "from approvals.ops import health", "no surface"),
         ("approvals/api/endpoints.py", "from approvals.pages import page_error", "API imports no"),
         ("approvals/api/longpoll.py", "from approvals.mcp import http", "API imports no"),
         ("approvals/views/queue.py", "from approvals.api.endpoints import api", "pages import"),
