@@ -114,7 +114,7 @@ class StrictJSONParser(Parser):
             raise MalformedBody("the body is empty")
         try:
             # Strings as sent: an input's formats are checked on them before they are put
-            # in normal form (approvals/services.py: plan_validate_input).
+            # in normal form (approvals/services/validation.py: plan_validate_input).
             return loads_strict(raw, nfc=False)
         except CanonicalJSONError as exc:
             errors = [{"pointer": exc.pointer, "message": exc.message}] if exc.pointer else None
