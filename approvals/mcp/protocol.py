@@ -40,9 +40,7 @@ from actions.lib.bearer import bearer_token
 from actions.lib.exceptions import CountersignError
 from actions.models import Agent
 
-from ..api.endpoints import (
-    Unauthenticated,
-)
+from ..api.endpoints import Unauthenticated
 from ..identity.requester import HEADER as ON_BEHALF_OF_HEADER
 from ..identity.requester import MCP_META_KEY as ON_BEHALF_OF_META
 from ..models import Plan, PlanStatus

@@ -16,13 +16,9 @@ from actions.lib.canonical import escape_pointer_token
 from actions.lib.exceptions import CountersignError
 from actions.models import Action, Agent
 
-from ..api.endpoints import (
-    MAX_IDEMPOTENCY_KEY,
-    action_hints,
-    action_out,
-    idempotency_key_valid,
-)
+from ..api.endpoints import MAX_IDEMPOTENCY_KEY, idempotency_key_valid
 from ..api.schemas import PlanCreate, PlanOut, Problem
+from ..api.shapes import action_hints, action_out
 from ..identity.requester import requester_from_sources
 from ..models import Plan
 from ..ratelimit import rate_limit_check
