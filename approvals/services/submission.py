@@ -221,25 +221,14 @@ def _plan_submit(
                 use_grants=use_grants,
                 now=now,
             )
-            document = fingerprint_document(
-                action_name=action.name,
-                action_version=action.version,
-                action_digest=action.digest,
-                agent_id=str(agent.id),
-                target=preview.target,
-                input=values,
-                after=preview.after,
-                precondition=preview.precondition,
+            document, canonical_text, hexdigest = _fingerprinted(
+                agent=agent,
+                action=action,
+                values=values,
+                preview=preview,
                 policy=policy,
-                write_request=preview.write_request,
-                requester=requester_part(requester),
+                requester=requester,
             )
-            try:
-                canonical_text, hexdigest = fingerprint(document)
-            except CanonicalJSONError as exc:
-                raise PreviewError(
-                    f"the upstream's representation cannot be fingerprinted: {exc.message}"
-                ) from None
             # The same agent proposing the same plan while an earlier one that would do
             # the same still awaits a decision (a client retrying a call) gets that plan
             # back: a person is never asked twice about one plan. Compared by the repeat
@@ -410,6 +399,38 @@ def _routed(
         # spent on a plan that was not proposed under it.
         return {**policy, "mode": "session_grant", "grant": str(grant.id)}, grant
     return policy, None
+
+
+def _fingerprinted(
+    *,
+    agent: Agent,
+    action: Action,
+    values: dict[str, Any],
+    preview,
+    policy: dict[str, Any],
+    requester: dict | None,
+) -> tuple[dict[str, Any], str, str]:
+    """The document the fingerprint is over, its canonical text and its hash."""
+    document = fingerprint_document(
+        action_name=action.name,
+        action_version=action.version,
+        action_digest=action.digest,
+        agent_id=str(agent.id),
+        target=preview.target,
+        input=values,
+        after=preview.after,
+        precondition=preview.precondition,
+        policy=policy,
+        write_request=preview.write_request,
+        requester=requester_part(requester),
+    )
+    try:
+        canonical_text, hexdigest = fingerprint(document)
+    except CanonicalJSONError as exc:
+        raise PreviewError(
+            f"the upstream's representation cannot be fingerprinted: {exc.message}"
+        ) from None
+    return document, canonical_text, hexdigest
 
 
 def _plan_store(
