@@ -190,55 +190,56 @@ async def _wait_for_settled(plan_id: uuid.UUID, seconds: float) -> None:
             return
 
 
-def build_server(
-    token_source: TokenSource = _token_from_request,
-    *,
-    how: str = "send Authorization: Bearer <agent token>",
-    connection_subscriptions: resources.ConnectionSubscriptions | None = None,
-) -> Server[Any]:
-    """An MCP server whose every request is answered for the agent holding the token.
+class _Handlers:
+    """The handlers of one server, for the agent holding the token of each request (how
+    build_server wires them): every handler finds the token through ``token_source`` and
+    says ``how`` to send it when it is missing."""
 
-    The token is checked on every request, so a deactivated agent is refused at once,
-    and a request still open when its agent is revoked or deactivated is cut off
-    (:func:`agent_cutoff`). ``connection_subscriptions`` serves ``resources/subscribe``
-    in the handshake era, on a connection that lasts (stdio); without it (stateless
-    HTTP) that era has none, and ``subscriptions/listen`` (2026-07-28) is the way to
-    follow a plan.
-    """
+    def __init__(
+        self,
+        token_source: TokenSource,
+        how: str,
+        connection_subscriptions: resources.ConnectionSubscriptions | None,
+    ) -> None:
+        self.token_source = token_source
+        self.how = how
+        self.connection_subscriptions = connection_subscriptions
 
-    async def call(fn: Callable[..., Any], ctx: ServerRequestContext[Any, Any], *args: Any) -> Any:
+    async def call(
+        self, fn: Callable[..., Any], ctx: ServerRequestContext[Any, Any], *args: Any
+    ) -> Any:
         try:
-            return await _db(fn)(token_source(ctx), how, *args)
+            return await _db(fn)(self.token_source(ctx), self.how, *args)
         except Unauthenticated as exc:
             raise protocol_error(exc, code=UNAUTHENTICATED) from None
 
-    async def agent_of(ctx: ServerRequestContext[Any, Any]) -> Agent:
-        return await call(lambda token, how: authenticate(token, how=how), ctx)
+    async def agent_of(self, ctx: ServerRequestContext[Any, Any]) -> Agent:
+        return await self.call(lambda token, how: authenticate(token, how=how), ctx)
 
-    async def rendered(plan: Plan, *, proposed: bool, note: str | None = None):
+    async def rendered(self, plan: Plan, *, proposed: bool, note: str | None = None):
         return await _db(plan_result)(plan, proposed=proposed, note=note)
 
-    async def fresh(agent: Agent, plan_id: Any) -> Plan:
+    async def fresh(self, agent: Agent, plan_id: Any) -> Plan:
         return await _db(plan_for_agent)(agent, plan_id)
 
-    async def on_list_tools(ctx, params) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=await call(list_tools_for, ctx))
+    async def on_list_tools(self, ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await self.call(list_tools_for, ctx))
 
-    async def on_call_tool(ctx, params: types.CallToolRequestParams):
+    async def on_call_tool(self, ctx, params: types.CallToolRequestParams):
         arguments = dict(params.arguments or {})
         try:
             if params.name == GET_PLAN:
-                return await _get_plan(ctx, arguments)
+                return await self._get_plan(ctx, arguments)
             if params.name == CANCEL_PLAN:
-                return await call(cancel, ctx, arguments)
+                return await self.call(cancel, ctx, arguments)
             if params.request_state is not None:
-                return await _resume(ctx, params)
-            result, plan = await call(
+                return await self._resume(ctx, params)
+            result, plan = await self.call(
                 propose, ctx, params.name, arguments, _on_behalf_of(ctx, params)
             )
             if plan is None:
                 return result
-            return await _after_proposal(ctx, plan, result)
+            return await self._after_proposal(ctx, plan, result)
         except MCPError:
             raise
         except Exception as exc:
@@ -249,21 +250,21 @@ def build_server(
                 correlation_id=correlation_id,
             )
 
-    async def _after_proposal(ctx, plan: Plan, result: types.CallToolResult):
+    async def _after_proposal(self, ctx, plan: Plan, result: types.CallToolResult):
         """A stored plan: ask the user to open its review page where the client can show
         a URL; else a task where the client takes one; else the plan, at once."""
         if plan.status == PlanStatus.AWAITING_APPROVAL and consent.can_elicit(ctx):
             if consent.is_modern(ctx):
                 return consent.ask(plan)
-            return await _elicit_over_back_channel(ctx, plan, result)
-        return _task_or(ctx, plan, result)
+            return await self._elicit_over_back_channel(ctx, plan, result)
+        return self._task_or(ctx, plan, result)
 
-    def _task_or(ctx, plan: Plan, result: types.CallToolResult):
+    def _task_or(self, ctx, plan: Plan, result: types.CallToolResult):
         if tasks.declared(ctx) and plan.status not in PlanStatus.settled():
             return tasks.created(plan)
         return result
 
-    async def _elicit_over_back_channel(ctx, plan: Plan, result: types.CallToolResult):
+    async def _elicit_over_back_channel(self, ctx, plan: Plan, result: types.CallToolResult):
         """The handshake era with a back channel (stdio): elicitation/create during the call."""
         try:
             answer = await ctx.session.elicit_url(
@@ -276,24 +277,24 @@ def build_server(
             return result
         if answer.action != "accept":
             note = consent.DECLINED if answer.action == "decline" else consent.DISMISSED
-            return await rendered(plan, proposed=True, note=note)
+            return await self.rendered(plan, proposed=True, note=note)
         seconds = consent.ROUND_SECONDS * consent.MAX_ROUNDS
         await _wait_for_decision(plan.id, seconds)
-        agent = await agent_of(ctx)
-        plan = await fresh(agent, plan.id)
+        agent = await self.agent_of(ctx)
+        plan = await self.fresh(agent, plan.id)
         if plan.status == PlanStatus.AWAITING_APPROVAL:
-            return await rendered(plan, proposed=True, note=consent.waited(seconds))
+            return await self.rendered(plan, proposed=True, note=consent.waited(seconds))
         # The out-of-band part is over: the client may stop showing the request.
         await ctx.session.send_elicit_complete(str(plan.id), related_request_id=ctx.request_id)
-        return await rendered(plan, proposed=False)
+        return await self.rendered(plan, proposed=False)
 
-    async def _resume(ctx, params: types.CallToolRequestParams):
+    async def _resume(self, ctx, params: types.CallToolRequestParams):
         """A 2026-07-28 call coming back with the user's answer (or to go on waiting):
         the state names the plan; nothing is proposed again."""
         state = await consent.state_spend(params.request_state)
-        agent = await agent_of(ctx)
+        agent = await self.agent_of(ctx)
         try:
-            plan = await fresh(agent, state["plan"])
+            plan = await self.fresh(agent, state["plan"])
         except CountersignError:
             raise consent.StateRefused() from None
         round_ = state["round"]
@@ -302,21 +303,21 @@ def build_server(
             note = consent.DECLINED if answer == "decline" else consent.DISMISSED
             if tasks.declared(ctx):
                 return tasks.created(plan)
-            return await rendered(plan, proposed=True, note=note)
+            return await self.rendered(plan, proposed=True, note=note)
         if plan.status == PlanStatus.AWAITING_APPROVAL:
             await _wait_for_decision(plan.id, consent.ROUND_SECONDS)
-            agent = await agent_of(ctx)  # after every wait, the agent again
-            plan = await fresh(agent, plan.id)
+            agent = await self.agent_of(ctx)  # after every wait, the agent again
+            plan = await self.fresh(agent, plan.id)
         if plan.status == PlanStatus.AWAITING_APPROVAL:
             if round_ + 1 < consent.MAX_ROUNDS:
                 return consent.keep_waiting(plan, round=round_ + 1)
             note = consent.waited(consent.ROUND_SECONDS * consent.MAX_ROUNDS)
-            return _task_or(ctx, plan, await rendered(plan, proposed=True, note=note))
-        return _task_or(ctx, plan, await rendered(plan, proposed=False))
+            return self._task_or(ctx, plan, await self.rendered(plan, proposed=True, note=note))
+        return self._task_or(ctx, plan, await self.rendered(plan, proposed=False))
 
-    async def _get_plan(ctx, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _get_plan(self, ctx, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
-            agent, plan, wait = await call(read_plan, ctx, arguments)
+            agent, plan, wait = await self.call(read_plan, ctx, arguments)
         except CountersignError as exc:
             return error_result(for_call(exc), consequence="Nothing changed.")
         if wait and plan.status not in PlanStatus.terminal():
@@ -325,64 +326,66 @@ def build_server(
             # read again after registering, so a change since the read above counts.
             status_of = _db(_plan_status)
             await wait_for_change(plan.id, read=lambda: status_of(plan.id), timeout=wait)
-            agent = await agent_of(ctx)  # after every wait, the agent again
-            plan = await fresh(agent, plan.id)
-        return await rendered(plan, proposed=False)
+            agent = await self.agent_of(ctx)  # after every wait, the agent again
+            plan = await self.fresh(agent, plan.id)
+        return await self.rendered(plan, proposed=False)
 
-    async def on_list_resources(ctx, params) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=await call(list_resources, ctx))
+    async def on_list_resources(self, ctx, params) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=await self.call(list_resources, ctx))
 
-    async def on_list_resource_templates(ctx, params) -> types.ListResourceTemplatesResult:
-        await agent_of(ctx)
+    async def on_list_resource_templates(self, ctx, params) -> types.ListResourceTemplatesResult:
+        await self.agent_of(ctx)
         return types.ListResourceTemplatesResult(resource_templates=[resources.plan_template()])
 
     async def on_read_resource(
-        ctx, params: types.ReadResourceRequestParams
+        self, ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        return await call(read_resource, ctx, params.uri)
+        return await self.call(read_resource, ctx, params.uri)
 
-    async def on_subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
-        assert connection_subscriptions is not None
-        plan_id = await call(subscribable_plan, ctx, params.uri)
+    async def on_subscribe(self, ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        assert self.connection_subscriptions is not None
+        plan_id = await self.call(subscribable_plan, ctx, params.uri)
         try:
-            connection_subscriptions.subscribe(params.uri, plan_id, ctx.session)
+            self.connection_subscriptions.subscribe(params.uri, plan_id, ctx.session)
         except ValueError as exc:
             raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
         return types.EmptyResult()
 
-    async def on_unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-        assert connection_subscriptions is not None
-        await agent_of(ctx)
-        connection_subscriptions.unsubscribe(params.uri)
+    async def on_unsubscribe(
+        self, ctx, params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        assert self.connection_subscriptions is not None
+        await self.agent_of(ctx)
+        self.connection_subscriptions.unsubscribe(params.uri)
         return types.EmptyResult()
 
     # --- tasks: the extension (2026-07-28), and the 2025-11-25 form in the handshake era ---
 
-    async def _task_plan(ctx, params: tasks.TaskParams) -> tuple[Agent, Plan]:
+    async def _task_plan(self, ctx, params: tasks.TaskParams) -> tuple[Agent, Plan]:
         if consent.is_modern(ctx):
             tasks.require(ctx)
-        agent = await agent_of(ctx)
+        agent = await self.agent_of(ctx)
         try:
-            return agent, await fresh(agent, uuid.UUID(params.task_id))
+            return agent, await self.fresh(agent, uuid.UUID(params.task_id))
         except (ValueError, CountersignError):
             raise tasks.not_found() from None
 
-    async def on_task_get(ctx, params: tasks.TaskParams) -> dict[str, Any]:
-        _, plan = await _task_plan(ctx, params)
+    async def on_task_get(self, ctx, params: tasks.TaskParams) -> dict[str, Any]:
+        _, plan = await self._task_plan(ctx, params)
         if not consent.is_modern(ctx):
             return tasks.legacy_task(plan)
         done = tasks.task_status(plan) == "completed"
-        result = await rendered(plan, proposed=False) if done else None
+        result = await self.rendered(plan, proposed=False) if done else None
         return tasks.detailed(plan, result)
 
-    async def on_task_update(ctx, params: tasks.UpdateTaskParams) -> dict[str, Any]:
+    async def on_task_update(self, ctx, params: tasks.UpdateTaskParams) -> dict[str, Any]:
         # No task of ours asks for input: whatever responses come are ignored (the
         # extension's rule for keys that are not outstanding).
-        await _task_plan(ctx, params)
+        await self._task_plan(ctx, params)
         return {}
 
-    async def on_task_cancel(ctx, params: tasks.TaskParams) -> dict[str, Any]:
-        agent, plan = await _task_plan(ctx, params)
+    async def on_task_cancel(self, ctx, params: tasks.TaskParams) -> dict[str, Any]:
+        agent, plan = await self._task_plan(ctx, params)
         legacy = not consent.is_modern(ctx)
         if legacy and tasks.task_status(plan) != "working":
             raise tasks.legacy_terminal()
@@ -392,46 +395,23 @@ def build_server(
             # Cooperative: acknowledged; the task ends as the plan does (it was already
             # executing, or settled).
             pass
-        return tasks.legacy_task(await fresh(agent, plan.id)) if legacy else {}
+        return tasks.legacy_task(await self.fresh(agent, plan.id)) if legacy else {}
 
-    async def on_task_result(ctx, params: tasks.TaskParams) -> dict[str, Any]:
+    async def on_task_result(self, ctx, params: tasks.TaskParams) -> dict[str, Any]:
         """2025-11-25: the tool result once the plan settles (waiting up to
         ``RESULT_WAIT_SECONDS`` for that; clients ask once tasks/get says completed)."""
         if consent.is_modern(ctx):
             raise tasks.only_legacy("tasks/result")
-        agent, plan = await _task_plan(ctx, params)
+        agent, plan = await self._task_plan(ctx, params)
         if tasks.task_status(plan) == "working":
             await _wait_for_settled(plan.id, tasks.RESULT_WAIT_SECONDS)
-            agent = await agent_of(ctx)  # after every wait, the agent again
-            plan = await fresh(agent, plan.id)
+            agent = await self.agent_of(ctx)  # after every wait, the agent again
+            plan = await self.fresh(agent, plan.id)
         if tasks.task_status(plan) == "working":
             raise tasks.legacy_unfinished(plan)
-        return tasks.legacy_result(plan, await rendered(plan, proposed=False))
+        return tasks.legacy_result(plan, await self.rendered(plan, proposed=False))
 
-    subscribe_handlers = (
-        {"on_subscribe_resource": on_subscribe, "on_unsubscribe_resource": on_unsubscribe}
-        if connection_subscriptions is not None
-        else {}
-    )
-    server = _Server(
-        "countersign",
-        version="1",
-        title="Countersign",
-        instructions=INSTRUCTIONS,
-        on_list_tools=on_list_tools,
-        on_call_tool=on_call_tool,
-        on_list_resources=on_list_resources,
-        on_list_resource_templates=on_list_resource_templates,
-        on_read_resource=on_read_resource,
-        on_subscriptions_listen=resources.PlanListen(agent_of),
-        **subscribe_handlers,
-    )
-    server.add_request_handler("tasks/get", tasks.TaskParams, on_task_get)
-    server.add_request_handler("tasks/update", tasks.UpdateTaskParams, on_task_update)
-    server.add_request_handler("tasks/cancel", tasks.TaskParams, on_task_cancel)
-    server.add_request_handler("tasks/result", tasks.TaskParams, on_task_result)
-
-    async def legacy_task_calls(ctx, call_next):
+    async def legacy_task_calls(self, ctx, call_next):
         """A 2025-11-25 task-augmented ``tools/call`` (``task`` in its parameters, in the
         handshake era) of an action's tool: the plan is proposed and its task returned.
         A middleware, because the SDK checks a handler's ``tools/call`` result against
@@ -447,7 +427,7 @@ def build_server(
         if params.name in RESERVED_NAMES:
             return await call_next(ctx)  # not task tools (taskSupport forbidden)
         try:
-            result, plan = await call(
+            result, plan = await self.call(
                 propose, ctx, params.name, dict(params.arguments or {}), _on_behalf_of(ctx, params)
             )
         except MCPError:
@@ -463,6 +443,49 @@ def build_server(
             raise refusal_error(result)
         return tasks.legacy_created(plan)
 
+
+def build_server(
+    token_source: TokenSource = _token_from_request,
+    *,
+    how: str = "send Authorization: Bearer <agent token>",
+    connection_subscriptions: resources.ConnectionSubscriptions | None = None,
+) -> Server[Any]:
+    """An MCP server whose every request is answered for the agent holding the token.
+
+    The token is checked on every request, so a deactivated agent is refused at once,
+    and a request still open when its agent is revoked or deactivated is cut off
+    (:func:`agent_cutoff`). ``connection_subscriptions`` serves ``resources/subscribe``
+    in the handshake era, on a connection that lasts (stdio); without it (stateless
+    HTTP) that era has none, and ``subscriptions/listen`` (2026-07-28) is the way to
+    follow a plan.
+    """
+    handlers = _Handlers(token_source, how, connection_subscriptions)
+    subscribe_handlers = (
+        {
+            "on_subscribe_resource": handlers.on_subscribe,
+            "on_unsubscribe_resource": handlers.on_unsubscribe,
+        }
+        if handlers.connection_subscriptions is not None
+        else {}
+    )
+    server = _Server(
+        "countersign",
+        version="1",
+        title="Countersign",
+        instructions=INSTRUCTIONS,
+        on_list_tools=handlers.on_list_tools,
+        on_call_tool=handlers.on_call_tool,
+        on_list_resources=handlers.on_list_resources,
+        on_list_resource_templates=handlers.on_list_resource_templates,
+        on_read_resource=handlers.on_read_resource,
+        on_subscriptions_listen=resources.PlanListen(handlers.agent_of),
+        **subscribe_handlers,
+    )
+    server.add_request_handler("tasks/get", tasks.TaskParams, handlers.on_task_get)
+    server.add_request_handler("tasks/update", tasks.UpdateTaskParams, handlers.on_task_update)
+    server.add_request_handler("tasks/cancel", tasks.TaskParams, handlers.on_task_cancel)
+    server.add_request_handler("tasks/result", tasks.TaskParams, handlers.on_task_result)
+
     server.extensions[tasks.TASKS] = {}
     # Seals and verifies requestState (the 2026-07-28 multi-round-trip calls).
     server.middleware.append(consent.state_boundary(token_source))
@@ -472,7 +495,7 @@ def build_server(
     # Cuts off a request whose agent is revoked or deactivated while it is open (outside
     # whatever answers a request itself, so nothing escapes it).
     server.middleware.append(agent_cutoff(token_source))
-    server.middleware.append(legacy_task_calls)
+    server.middleware.append(handlers.legacy_task_calls)
     return server
 
 
