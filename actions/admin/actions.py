@@ -30,11 +30,7 @@ from ..catalog import (
     validate_action_definition,
 )
 from ..export import definition_text
-from ..models import (
-    Action,
-    ActionVersion,
-    Connector,
-)
+from ..models import Action, ActionVersion, Connector
 from ..openapi import OpenAPIImportError, import_openapi
 from .base import ReadOnlyAdmin
 

@@ -13,10 +13,7 @@ from jsonschema.exceptions import SchemaError
 from actions.lib.actors import user_actor
 from actions.lib.audit import audit_record
 
-from ..models import (
-    Agent,
-    AgentScope,
-)
+from ..models import Agent, AgentScope
 from ..spec import InputValidator
 
 # The names agents' attributes may have: what a scope rule's ``equals_agent`` can name.

@@ -10,13 +10,8 @@ from django.contrib import admin
 from actions.lib.actors import user_actor
 from actions.lib.audit import audit_record
 
-from ..catalog import (
-    CatalogError,
-    validate_catalog,
-)
-from ..models import (
-    Connector,
-)
+from ..catalog import CatalogError, validate_catalog
+from ..models import Connector
 
 
 class ConnectorForm(forms.ModelForm):

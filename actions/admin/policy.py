@@ -7,10 +7,7 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from ..export import definition_text
-from ..models import (
-    DecisionRule,
-    PolicyVersion,
-)
+from ..models import DecisionRule, PolicyVersion
 from ..policy.reviewers import requirement_for_rule, requirement_text
 from .base import ReadOnlyAdmin
 

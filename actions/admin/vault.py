@@ -9,10 +9,7 @@ from django.utils import timezone
 from actions.lib.actors import user_actor
 from actions.lib.audit import audit_record
 
-from ..models import (
-    Credential,
-    VaultState,
-)
+from ..models import Credential, VaultState
 from ..services import credentials_revoke, vault_set_locked
 
 

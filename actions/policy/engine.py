@@ -55,14 +55,7 @@ import cedarpy
 
 from .requests import PlanFacts, PolicyFailure, plan_request_checked
 from .reviewers import requirement_from_clauses
-from .schema import (
-    ActionTypes,
-    Misfit,
-    action_types,
-    cedar_schema,
-    class_group,
-    kind_group,
-)
+from .schema import ActionTypes, Misfit, action_types, cedar_schema, class_group, kind_group
 from .sources import ENFORCE, PARTS, SHADOW, Policy, Problem, check_texts, set_hash
 
 REFUSE = "refuse"

@@ -15,18 +15,11 @@ from pydantic import ValidationError as PydanticValidationError
 from actions.lib.canonical import escape_pointer_token
 from actions.lib.exceptions import CountersignError
 from actions.lib.outage import DatabaseUnavailable, database_unavailable, noted
-from actions.lib.problems import (
-    current_correlation_id,
-    problem_body_from,
-    problem_line,
-)
+from actions.lib.problems import current_correlation_id, problem_body_from, problem_line
 from actions.models import Agent
 from actions.services import agent_authenticate
 
-from ..api.endpoints import (
-    Unauthenticated,
-    validation_message,
-)
+from ..api.endpoints import Unauthenticated, validation_message
 
 log = logging.getLogger(__name__)
 

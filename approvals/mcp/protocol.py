@@ -61,20 +61,9 @@ from .boundary import (
     unavailable_error,
     unexpected,
 )
-from .rendering import (
-    error_result,
-    plan_result,
-)
+from .rendering import error_result, plan_result
 from .resource_calls import list_resources, read_resource, subscribable_plan
-from .tools import (
-    CANCEL_PLAN,
-    GET_PLAN,
-    RESERVED_NAMES,
-    cancel,
-    list_tools_for,
-    propose,
-    read_plan,
-)
+from .tools import CANCEL_PLAN, GET_PLAN, RESERVED_NAMES, cancel, list_tools_for, propose, read_plan
 
 log = logging.getLogger(__name__)
 

@@ -9,18 +9,12 @@ import mcp.types as types
 from mcp.shared.exceptions import MCPError
 
 from actions.lib.exceptions import CountersignError
-from actions.lib.problems import (
-    problem_body,
-    problem_line,
-)
+from actions.lib.problems import problem_body, problem_line
 
 from ..selectors import plan_for_agent
 from . import resources
 from .boundary import INVALID_PARAMS, authenticate
-from .rendering import (
-    CARD_URI,
-    card_markdown,
-)
+from .rendering import CARD_URI, card_markdown
 from .tools import offered
 
 

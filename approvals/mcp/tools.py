@@ -32,13 +32,7 @@ from .boundary import (
     invalid_request,
     protocol_error,
 )
-from .rendering import (
-    CARD_URI,
-    CLASS_MEANING,
-    error_result,
-    people_approve,
-    plan_result,
-)
+from .rendering import CARD_URI, CLASS_MEANING, error_result, people_approve, plan_result
 
 GET_PLAN = "get_plan"
 CANCEL_PLAN = "cancel_plan"

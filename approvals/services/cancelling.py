@@ -6,11 +6,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from actions.lib.actors import agent_actor, user_actor
-from actions.lib.exceptions import (
-    InvalidTransition,
-    NotAllowed,
-    NotFound,
-)
+from actions.lib.exceptions import InvalidTransition, NotAllowed, NotFound
 from actions.models import Agent
 
 from ..lifecycle import plan_transition

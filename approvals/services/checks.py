@@ -24,10 +24,7 @@ from actions.lib.metrics import POLICY_DECISIONS
 from actions.models import Action, Agent, AgentScope
 from actions.rules import first_failing, rule_text
 
-from ..decisions.policies import (
-    Evaluated,
-    policy_submission,
-)
+from ..decisions.policies import Evaluated, policy_submission
 from ..decisions.refusals import refused_submission_record
 from ..decisions.requirements import plan_requirement
 

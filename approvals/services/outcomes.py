@@ -8,12 +8,7 @@ from django.utils import timezone
 from actions.lib import dispatch
 from actions.lib.actors import user_actor
 from actions.lib.audit import audit_record
-from actions.lib.exceptions import (
-    InvalidInput,
-    InvalidTransition,
-    NotAllowed,
-    NotFound,
-)
+from actions.lib.exceptions import InvalidInput, InvalidTransition, NotAllowed, NotFound
 
 from ..lifecycle import plan_transition
 from ..models import Plan, PlanStatus

@@ -11,10 +11,7 @@ from django.utils import timezone
 
 from actions.lib.actors import SYSTEM, agent_actor
 from actions.lib.audit import audit_record
-from actions.lib.exceptions import (
-    IdempotencyInFlight,
-    IdempotencyKeyReused,
-)
+from actions.lib.exceptions import IdempotencyInFlight, IdempotencyKeyReused
 from actions.models import Agent
 
 from ..lifecycle import plan_expire

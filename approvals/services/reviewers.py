@@ -9,10 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from actions.lib.audit import audit_record
-from actions.lib.exceptions import (
-    InvalidInput,
-    NotAllowed,
-)
+from actions.lib.exceptions import InvalidInput, NotAllowed
 
 REVIEWERS_GROUP = "reviewers"
 

@@ -10,12 +10,7 @@ from django.utils import timezone
 from actions.lib.actors import user_actor
 from actions.lib.audit import audit_record
 from actions.lib.canonical import normalize
-from actions.lib.exceptions import (
-    InvalidInput,
-    InvalidTransition,
-    NotAllowed,
-    NotFound,
-)
+from actions.lib.exceptions import InvalidInput, InvalidTransition, NotAllowed, NotFound
 
 from ..decisions.requirements import decision_refusal
 from ..freshness import plan_freshness

@@ -15,36 +15,21 @@ from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
 from actions.clients import read_client
-from actions.fingerprint import (
-    fingerprint,
-    fingerprint_document,
-    requester_part,
-)
+from actions.fingerprint import fingerprint, fingerprint_document, requester_part
 from actions.lib import dispatch, logcontext
 from actions.lib.actors import POLICY as POLICY_ACTOR
 from actions.lib.actors import SYSTEM, agent_actor
 from actions.lib.audit import audit_record
 from actions.lib.canonical import CanonicalJSONError, digest, normalize
-from actions.lib.exceptions import (
-    CountersignError,
-    InvalidInput,
-)
+from actions.lib.exceptions import CountersignError, InvalidInput
 from actions.lib.metrics import PLANS_PROPOSED, POLICY_DECISIONS, SUBMIT_LATENCY
 from actions.models import Action, Agent
 from actions.preview import PreviewError, compute_preview
 from actions.spec import TemplateError
 
 from ..decisions.policies import MODE as POLICY_MODE
-from ..decisions.policies import (
-    POLICY_PART,
-    Evaluated,
-    plan_repeat_key,
-    policy_approval,
-)
-from ..decisions.requirements import (
-    deciding_groups_record,
-    grant_may_decide,
-)
+from ..decisions.policies import POLICY_PART, Evaluated, plan_repeat_key, policy_approval
+from ..decisions.requirements import deciding_groups_record, grant_may_decide
 from ..grants import grant_approve, grant_match
 from ..identity.requester import Requester, is_requester
 from ..lifecycle import counted_on_commit, plan_transition

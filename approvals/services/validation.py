@@ -10,11 +10,7 @@ from jsonschema.exceptions import ValidationError as SchemaValidationError
 
 from actions.cache import cached, fresh
 from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, normalize
-from actions.lib.exceptions import (
-    InvalidInput,
-    NotAllowed,
-    UnknownAction,
-)
+from actions.lib.exceptions import InvalidInput, NotAllowed, UnknownAction
 from actions.models import Action, Agent
 
 
