@@ -257,7 +257,7 @@ def _decisions_read(rows: list[Plan]) -> None:
 
 
 # Who decided a plan, as the queue says it. The approval's mode is in the fingerprinted
-# policy (approvals/services.py); the people are the plan's decisions.
+# policy (approvals/services/submission.py); the people are the plan's decisions.
 DECIDED_BY_PEOPLE = "people"
 DECIDED_BY_POLICY = "policy"
 DECIDED_BY_GRANT = "grant"

@@ -26,6 +26,11 @@ generation (actions/generation.py, which database triggers replace on every writ
 agents table) every ``COUNTERSIGN_AGENT_CHECK_SECONDS`` while any lease is held, and when
 it changed, reads which of the leased tokens still authenticate, in one query. A lease
 whose agent is gone is cut: its waits end with :class:`AgentGone`.
+
+Over 600 lines: one mechanism, one process's watch on the change channel, with the two
+kinds of wait built on it (a plan's status, an agent's lease). They share the per-loop
+watcher, the batched fallback read and the rule that a waiter registers before it reads;
+apart, each would have to restate that rule and its race.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ turns and numbers have no gaps.
 
 The signing key (COUNTERSIGN_AUDIT_KEY_FILE, Ed25519) is given to the sealing workers
 only, like the worker key: web processes can verify a checkpoint, never make one.
+
+Over 600 lines: sealing and verifying are one format. The checkpoint note, the rule for
+gaps and the signature are written and checked by the same functions here, so a change
+to what a checkpoint says cannot reach one side without the other.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def _case(number: int, item: Any, actions: Mapping[str, Mapping[str, Any]]) -> P
     values = item["input"]
     if not isinstance(values, dict):
         raise CaseError(number, "input: a mapping of the action's input fields")
-    # As a submission takes it (approvals/services.py: plan_validate_input): in Unicode
+    # As a submission takes it (approvals/services/validation.py: plan_validate_input): in Unicode
     # normal form, checked, and a format field already in normal form as written.
     sent = values
     try:

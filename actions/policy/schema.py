@@ -29,6 +29,10 @@ a ``document:`` field like that is refused at load; an input field like that is 
 out of the Cedar type, so a policy that names it is refused. Properties whose names
 start with ``__`` are Cedar's own escapes (``__entity``, ``__extn``) and are treated the
 same way. This module imports no app (the layers contract).
+
+Over 600 lines: the table above read both ways, types for the validator at load and the
+same types converting a plan's values at evaluation; kept together so that what a policy
+is checked against and what it is evaluated on cannot drift apart.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from actions.lib.problems import problem_body_from
 from actions.models import Action
 from actions.spec import VERIFIABLE_KINDS, markdown_block, markdown_code
 
-from ..api.endpoints import action_out, plan_out
 from ..api.schemas import PlanOut
+from ..api.shapes import action_out, plan_out
 from ..models import Plan, PlanStatus
 
 CARD_URI = "countersign://actions/{name}/card"

@@ -16,8 +16,8 @@ from actions.lib.audit import audit_kinds
 from actions.lib.models import AuditEvent
 from actions.models import Agent
 
-from ..pages import reviewer_page
 from ..selectors import audit_events, audit_page
+from .pages import reviewer_page
 
 AUDIT_PAGE_SIZE = 50
 AUDIT_EXPORT_FIELDS = ["id", "at", "kind", "actor", "plan", "fingerprint", "data", "hash"]

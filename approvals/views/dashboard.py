@@ -19,7 +19,6 @@ from actions.text import localized
 
 from ..models import PlanStatus
 from ..ops.heartbeats import heartbeat_status
-from ..pages import reviewer_page
 from ..selectors import (
     SIGN_IN_REFUSED,
     awaiting_count,
@@ -32,6 +31,7 @@ from ..selectors import (
     shadow_disagreements,
     sign_in_refusals,
 )
+from .pages import reviewer_page
 
 DASHBOARD_DAYS = 14
 OUTCOME_GROUPS = {

@@ -2,7 +2,7 @@
 to sign out and come back as someone else.
 
 Every reviewer page refuses a signed-in person without the review permission with 403
-(approvals/pages.py). A person who signed in with the wrong account, or whose identity
+(approvals/views/pages.py). A person who signed in with the wrong account, or whose identity
 provider did not name them in a reviewers group, needs to read which account this is,
 what it lacks and how to get it; and the page must let them sign out. 404, 500 and a
 failed CSRF check are templates only (templates/404.html, 500.html, 403_csrf.html):

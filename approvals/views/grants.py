@@ -24,7 +24,7 @@ from actions.models import Agent
 
 from ..grants import grant_create, grant_eligible_actions, grant_list, grant_revoke
 from ..models import SessionGrant
-from ..pages import reviewer_page
+from .pages import reviewer_page
 
 DEFAULT_MINUTES = 60
 # Which form field a service error's JSON Pointer belongs to.

@@ -22,8 +22,8 @@ from ..identity.passkeys import (
     passkey_revoke,
 )
 from ..models import Passkey
-from ..pages import page_error, reviewer_page
 from ..selectors import plan_for_review
+from .pages import page_error, reviewer_page
 
 passkeys_page = reviewer_page(back=lambda **_: reverse("approvals:passkeys"))
 json_page = reviewer_page()

@@ -46,27 +46,9 @@ from ..decisions.requirements import (
     plan_requirement_answer,
     reviewer_groups,
 )
-from ..diffs import only_version_moved
 from ..freshness import APPEARED, GONE, MOVED, NOTHING, UNCHECKED, plan_freshness
 from ..identity.passkeys import plan_needs_signature
 from ..models import Passkey, Plan, PlanStatus
-from ..pages import page_error, plan_page
-from ..review import (
-    TYPED_CONFIRMATION_CLASSES,
-    action_texts,
-    approve_words,
-    change_rows,
-    confirmation_matches,
-    confirmation_words,
-    field_rows,
-    message_of,
-    needs_typed_confirmation,
-    plan_label,
-    plan_summary_html,
-    target_id,
-    unchanged_rows,
-    value_text,
-)
 from ..selectors import (
     plan_attempt,
     plan_consequence_class,
@@ -82,6 +64,24 @@ from ..services import (
     plan_edit,
     plan_preview_again,
     plan_resolve,
+)
+from .diffs import only_version_moved
+from .pages import page_error, plan_page
+from .review import (
+    TYPED_CONFIRMATION_CLASSES,
+    action_texts,
+    approve_words,
+    change_rows,
+    confirmation_matches,
+    confirmation_words,
+    field_rows,
+    message_of,
+    needs_typed_confirmation,
+    plan_label,
+    plan_summary_html,
+    target_id,
+    unchanged_rows,
+    value_text,
 )
 
 # The summary line's verb, by change kind (a reviewer's word, not the HTTP method).
@@ -255,7 +255,7 @@ def plan_detail(request: HttpRequest, plan_id) -> HttpResponse:
     may_decide = not requirement or bool(reviewer_groups(plan, request.user))
     already_decided = any(a.reviewer_id == request.user.id for a in approvals)
     you_requested = is_requester(plan.requester, request.user)
-    # Break-glass (approvals/services.py): a superuser outside the plan's groups may still
+    # Break-glass (approvals/services/deciding.py): a superuser outside the plan's groups may still
     # decide it, giving a reason; never their own request.
     break_glass = (
         decidable

@@ -15,8 +15,8 @@ from actions.models import Action, Agent, ConsequenceClass
 from actions.text import localized
 
 from ..models import PlanStatus
-from ..pages import reviewer_page
 from ..selectors import plans_mine, queue_filters, queue_page, queue_page_size, sees_every_plan
+from .pages import reviewer_page
 
 
 @require_GET

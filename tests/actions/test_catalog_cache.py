@@ -23,7 +23,7 @@ from actions.lib.exceptions import UnknownAction
 from actions.models import Action, Agent, AgentScope, CatalogState, Connector, Credential
 from actions.services import credential_set
 from approvals.models import NotificationTarget
-from approvals.services import _resolve_action
+from approvals.services.validation import _resolve_action
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION = "update_contact_email"

@@ -285,7 +285,7 @@ def test_the_admin_shows_an_unexpected_failure_as_a_refusal(admin_client, api, m
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("actions.admin.import_openapi", broken)
+    monkeypatch.setattr("actions.admin.actions.import_openapi", broken)
     upload = SimpleUploadedFile("a.json", exponential_all_of(2).encode(), "application/json")
     response = admin_client.post(
         reverse("admin:actions_action_import_openapi"), {"connector": api.pk, "file": upload}

@@ -20,11 +20,11 @@ from actions.policy.engine import (
     REVIEW,
     PlanFacts,
     PolicySetInvalid,
-    plan_request,
     policies_compile,
     policy_evaluate,
     policy_evaluate_batch,
 )
+from actions.policy.requests import plan_request
 from actions.policy.reviewers import requirement_merge
 from actions.policy.sources import SHADOW
 from actions.preview import planned_change

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from actions.policy.engine import APPROVE, FLOOR_ERRORS, REFUSE, REVIEW, plan_request
+from actions.policy.engine import APPROVE, FLOOR_ERRORS, REFUSE, REVIEW
 from actions.policy.engine import policy_evaluate as evaluate
+from actions.policy.requests import plan_request
 from tests.actions.test_policy_engine import (
     DEMO_POLICIES,
     GRACE,

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from actions.lib.models import AuditEvent
-from approvals.services import can_review
+from approvals.permissions import can_review
 from tests.conftest import ROOT
 
 GOOD_PASSWORD = "quiet-harbour-lantern-42"

@@ -89,7 +89,7 @@ def test_two_identical_proposals_racing_store_one_plan(
     still previewing); they take turns from the fingerprint to commit. Each holds its
     transaction open a moment after storing its plan, so without the turns both would
     find nothing and store one each."""
-    from approvals import services
+    from approvals.services import submission as services
 
     record = services.audit_record
 

@@ -16,7 +16,7 @@ from django.conf import settings
 from actions.catalog import load_catalog
 from actions.lib.exceptions import InvalidInput
 from actions.lib.formats import email_parse
-from actions.policy.engine import plan_request
+from actions.policy.requests import plan_request
 from actions.policy.versions import policies_in_force
 from approvals.decisions.policies import plan_policy_facts
 from approvals.grants import grant_create

@@ -16,7 +16,7 @@ import pytest
 from django.db import OperationalError
 from mcp.shared.exceptions import MCPError
 
-from approvals.mcp import protocol
+from approvals.mcp import boundary
 from approvals.mcp.protocol import UNAVAILABLE
 from approvals.models import Plan
 
@@ -34,7 +34,7 @@ def _own_outage_monitor(monkeypatch):
 
 @pytest.fixture
 def database_goes_away(monkeypatch):
-    real = protocol.agent_authenticate
+    real = boundary.agent_authenticate
     state = {"calls": 0}
 
     def agent_authenticate(token):
@@ -45,7 +45,7 @@ def database_goes_away(monkeypatch):
             raise error
         return real(token)
 
-    monkeypatch.setattr(protocol, "agent_authenticate", agent_authenticate)
+    monkeypatch.setattr(boundary, "agent_authenticate", agent_authenticate)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -14,7 +14,9 @@ from mcp.shared.exceptions import MCPError
 
 from actions.lib.models import AuditEvent
 from actions.models import Action, Agent, AgentScope
-from approvals.mcp.protocol import UNAUTHENTICATED, _pointer_for_call, _reason_field
+from approvals.mcp.boundary import pointer_for_call as _pointer_for_call
+from approvals.mcp.protocol import UNAUTHENTICATED
+from approvals.mcp.tools import reason_field_of as _reason_field
 from approvals.models import Plan
 from tests.mcp.conftest import same_reasons, tool_input
 

@@ -19,8 +19,8 @@ import nh3
 from actions.models import Action
 from actions.text import localized, localized_card, render_label
 
+from ..models import Plan
 from .diffs import is_long_text, word_diff
-from .models import Plan
 
 RENDERED_TAGS = {
     "p",

@@ -30,8 +30,8 @@ from django.utils.translation import get_language, gettext, gettext_lazy, gettex
 
 from actions.lib.exceptions import CountersignError, NotEligibleToDecide, NotFound
 
-from .models import Plan
-from .services import can_review
+from ..models import Plan
+from ..permissions import can_review
 
 # Domain errors are worded in English for agents (the API is machine-facing and stays
 # English). Pages show a reviewer the same error in their language: the messages below
