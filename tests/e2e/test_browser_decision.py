@@ -161,7 +161,9 @@ def test_no_page_is_wider_than_a_phone(chromium, one_of_each):
     labels = first.locator("td").evaluate_all(
         "tds => tds.map(td => getComputedStyle(td, '::before').content)"
     )
-    assert labels[:2] == ['"Class"', '"Action"'] and '"Decided by"' in labels
+    # What is mine to decide is undecided: no decided-by line on its cards.
+    assert labels[:2] == ['"Class"', '"Action"'] and labels[-1] == '"Code"'
+    assert '"Decided by"' not in labels
     card = box(page, first)
     assert card["x"] >= 0 and card["x"] + card["width"] <= PHONE["width"]
 
