@@ -18,11 +18,8 @@ from actions.models import Action, Agent
 
 from .decisions.policies import MODE as POLICY_MODE
 from .decisions.policies import POLICY_PART
-from .decisions.requirements import (
-    approvals_standing,
-    approvals_standing_prefetch,
-    plan_requirement_answer,
-)
+from .decisions.requirements import approvals_standing, plan_requirement_answer
+from .decisions.standing import approvals_standing_prefetch
 from .models import Approval, Attempt, DecidingGroup, OidcIdentity, Plan, PlanStatus
 
 

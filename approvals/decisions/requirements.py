@@ -27,31 +27,25 @@ Time matters for escalations: a group a rule escalates to may decide once the pl
 waited ``after`` seconds, and its approval counts only if given after that. Each approval
 is judged with the seconds between the plan's submission and its own creation, read from
 the stored rows (``_approvers``), so the worker's check needs no clock of the web's.
+
+Whether anyone can decide a plan about to be stored, and the floor, are in
+feasibility.py; which approvals still count, and for what, in standing.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
-from django.db.models import Exists, F, FilteredRelation, OuterRef, Q
-from django.utils import timezone
+from django.contrib.auth.models import Group
 
-from actions.lib.actors import EXECUTOR, user_actor
-from actions.lib.audit import audit_record
+from actions.lib.actors import EXECUTOR
 from actions.lib.exceptions import DecisionRulesChanged, NoOneCanDecide, NotEligibleToDecide
-from actions.lib.models import AuditEvent
 from actions.policy.reviewers import (
     EVERY_GROUP,
-    MAX_COMBINATIONS,
     Assessment,
     plan_subject,
     requirement_assess,
-    requirement_combinations,
     requirement_escalations,
     requirement_for,
     requirement_groups,
@@ -65,14 +59,20 @@ from actions.policy.reviewers import (
 from actions.policy.sources import required_groups
 from actions.policy.versions import policy_version_current
 
-from ..models import Approval, DecidingGroup, OidcIdentity, Plan
+from ..models import Approval, DecidingGroup, Plan
+from .feasibility import plan_floor, requirement_feasibility_problem
 from .policies import MODE as POLICY_MODE
 from .policies import POLICY_PART, policy_requirement_current
-
-
-def plan_policy_requirement(plan: Plan) -> dict[str, Any]:
-    """The requirement that binds ``plan``: the fingerprinted one."""
-    return plan.policy.get("requirement") or {}
+from .standing import (
+    Standing,
+    _approvers,
+    _elapsed,
+    approvals_read,
+    approvals_standing,
+    approvals_standing_meet,
+    approvals_void_record,
+    plan_policy_requirement,
+)
 
 
 def _requester_groups(requester: dict | None) -> list[str] | None:
@@ -161,136 +161,6 @@ def deciding_groups_record(plan: Plan) -> None:
     )
 
 
-def _review_permission() -> Permission:
-    return Permission.objects.get(content_type__app_label="approvals", codename="review_plan")
-
-
-def eligible_members(groups: set[str], *, per_group: int) -> list[tuple[Any, frozenset[str]]]:
-    """Active people who may review and belong to ``groups``: (pk, their groups among
-    ``groups``), at most ``per_group`` of each group (enough to decide any
-    requirement with that many places: a matching never needs more of one group)."""
-    users = get_user_model()._default_manager
-    permission = _review_permission()
-    reviewers = users.filter(
-        Q(is_superuser=True) | Q(user_permissions=permission) | Q(groups__permissions=permission)
-    ).values("pk")
-    members: dict[Any, set[str]] = {}
-    for name in sorted(groups):
-        pks = (
-            users.filter(is_active=True, groups__name=name, pk__in=reviewers)
-            .order_by("pk")
-            .values_list("pk", flat=True)[:per_group]
-        )
-        for pk in pks:
-            members.setdefault(pk, set()).add(name)
-    return [(pk, frozenset(g)) for pk, g in members.items()]
-
-
-@dataclass(frozen=True)
-class Floor:
-    """Who the floor keeps from deciding a plan about to be stored: the person it is on
-    behalf of (``requester``: their user's pk, when they have one here) and, for an
-    irreversible plan, the person who registered its agent, who never approves it alone
-    (``registrar``; None when that rule does not apply)."""
-
-    requester: Any = None
-    registrar: Any = None
-
-
-def plan_floor(*, action, agent=None, requester: dict | None = None) -> Floor:
-    """The floor for a plan of ``action`` by ``agent`` on behalf of ``requester``: one
-    query for the requester's user, none otherwise."""
-    requester_pk = None
-    if requester:
-        requester_pk = (
-            OidcIdentity.objects.filter(issuer=requester.get("iss"), subject=requester.get("sub"))
-            .values_list("user_id", flat=True)
-            .first()
-        )
-    registrar = None
-    if (
-        agent is not None
-        and action.consequence_class == "irreversible"
-        and not getattr(settings, "COUNTERSIGN_CREATOR_MAY_APPROVE_IRREVERSIBLE", False)
-    ):
-        registrar = agent.created_by_id
-    return Floor(requester=requester_pk, registrar=registrar)
-
-
-def _members_text(count: int) -> str:
-    return f"{count} active member{'s' if count != 1 else ''}"
-
-
-def requirement_feasibility_problem(
-    requirement: dict[str, Any], floor: Floor | None = None
-) -> str | None:
-    """Why no set of active people could meet ``requirement`` under the floor, or None.
-
-    Every floor rule counts, as it will when people decide: distinct approvers, each
-    counted toward one threshold (across an all_of too); never the person the plan is on
-    behalf of; never the agent's registrar alone on an irreversible plan; superusers
-    only as members of a group; inactive people and people who may not review never.
-    Bounded: one query per group of the requirement, with at most as many members of
-    each as the requirement has places (and the floor's people) read."""
-    floor = floor or Floor()
-    if requirement_combinations(requirement) > MAX_COMBINATIONS:
-        return (
-            "no one can approve this: the decision rules that match it combine into more "
-            f"than {MAX_COMBINATIONS} alternatives"
-        )
-    places = sum(
-        max(t["count"] for t in clause["any_of"]) for clause in requirement.get("all_of") or []
-    )
-    groups = requirement_groups(requirement)
-    # Read with the requester, to say so when they are what a group lacks; one more of
-    # each group for them and one for the registrar keeps the read enough for a matching.
-    everyone = eligible_members(groups, per_group=places + 2)
-    members = [(pk, g) for pk, g in everyone if pk != floor.requester]
-    # Whenever they decide: an escalation within the plan's time counts (the caller
-    # dropped the ones past it).
-    if requirement_assess(requirement, [(pk, g, float("inf")) for pk, g in members]).met:
-        if floor.registrar is None or [pk for pk, _ in members] != [floor.registrar]:
-            # Anyone else who may decide can approve first: the registrar's approval
-            # is then not the only one.
-            return None
-        ((_, theirs),) = members
-        return (
-            f"no one can approve this: the only active member of {', '.join(sorted(theirs))} "
-            "registered the agent, and an irreversible plan needs someone else's approval"
-        )
-    counts = {g: 0 for g in groups}
-    for _pk, member_groups in members:
-        for g in member_groups:
-            counts[g] += 1
-    requester_in = next((g for pk, g in everyone if pk == floor.requester), frozenset())
-    for clause in requirement.get("all_of") or []:
-        if all(counts[t["group"]] < t["count"] for t in clause["any_of"]):
-            t = clause["any_of"][0]
-            group, have = t["group"], counts[t["group"]]
-            theirs = group in requester_in
-            if have == 0 and theirs:
-                return (
-                    f"no one can approve this: the only active member of {group} is the "
-                    "person this plan is on behalf of"
-                )
-            if have == 0:
-                return f"no one can approve this: {group} has no active member"
-            besides = " besides the person this plan is on behalf of" if theirs else ""
-            return (
-                f"no one can approve this: {group} has {_members_text(have)}{besides}, "
-                f"and {t['count']} must approve"
-            )
-    return (
-        "no one can approve this: "
-        + ", ".join(sorted(counts))
-        + " have too few distinct active members for "
-        + requirement_text(requirement)
-        + " (each person's approval counts toward one threshold only"
-        + (", and never the person this plan is on behalf of" if requester_in else "")
-        + ")"
-    )
-
-
 def decision_groups_named() -> set[str]:
     """The groups plans may need in force: those the decision rules name and those the
     enforced policies' ``@require`` annotations name."""
@@ -321,11 +191,6 @@ def decision_groups_sync(user, claimed: set[str]) -> list[str]:
 # --- deciding ------------------------------------------------------------------------------
 
 
-def _elapsed(plan: Plan, at: datetime | None = None) -> float:
-    """Seconds between the plan's submission and ``at`` (now)."""
-    return ((at or timezone.now()) - plan.created_at).total_seconds()
-
-
 def reviewer_groups(plan: Plan, reviewer, *, at: datetime | None = None) -> list[str]:
     """The groups of the plan's requirement ``reviewer`` belongs to and that decide at
     ``at`` (now; an escalation's group only once its time has come), sorted."""
@@ -336,231 +201,6 @@ def reviewer_groups(plan: Plan, reviewer, *, at: datetime | None = None) -> list
     if not groups:
         return []
     return sorted(reviewer.groups.filter(name__in=groups).values_list("name", flat=True))
-
-
-# --- approvals that still count ------------------------------------------------------------
-#
-# Membership is authority: an approval counts only while the person who gave it is still
-# active, may still review, and (under decision rules) is still a member of a group it
-# was recorded for; a break-glass approval only while its maker is still an active
-# superuser. It is judged anew wherever approvals are counted (each decision, the page,
-# the API's requirement, the worker's claim), from the people as they are then, so a
-# deactivation or a removal from a group, however it was made (the admin, the identity
-# provider's groups claim at sign-in, a bare UPDATE), takes effect at the next count.
-
-VOID_DEACTIVATED = "deactivated"
-VOID_NOT_REVIEWER = "no longer allowed to review plans"
-VOID_NOT_SUPERUSER = "no longer a superuser (a break-glass approval needs one)"
-
-
-@dataclass
-class Standing:
-    """What some approvals still count for: ``groups``, for each approval that counts
-    (by pk), the groups it may fill now (``EVERY_GROUP`` for break-glass; empty for a
-    plan without a requirement); ``void``, for each that no longer counts, why."""
-
-    groups: dict[Any, list[str]] = field(default_factory=dict)
-    void: dict[Any, str] = field(default_factory=dict)
-
-
-def _may_review(user_ref: OuterRef) -> tuple[Exists, Exists]:
-    """Whether the user ``user_ref`` names holds the review permission, directly and
-    through a group (a superuser holds every one: see ``_facts``)."""
-    users = get_user_model()
-    direct = users.user_permissions.through.objects.filter(
-        **{users.user_permissions.field.m2m_field_name(): user_ref},
-        permission__codename="review_plan",
-        permission__content_type__app_label="approvals",
-    )
-    via_group = Group.objects.filter(
-        user=user_ref,
-        permissions__codename="review_plan",
-        permissions__content_type__app_label="approvals",
-    )
-    return Exists(direct), Exists(via_group)
-
-
-def _facts(active: bool, superuser: bool, direct: bool, via_group: bool) -> dict[str, Any]:
-    # As ``has_perm`` answers for an active user: a superuser holds every permission.
-    return {
-        "active": active,
-        "superuser": superuser,
-        "reviews": superuser or direct or via_group,
-        "groups": set(),
-    }
-
-
-def _reviewer_facts(pks: set[Any], names: set[str]) -> dict[Any, dict[str, Any]]:
-    """For each user in ``pks``: active, superuser, may review, and which of ``names``
-    they are in now. One query, whatever the number of people or groups."""
-    direct, via_group = _may_review(OuterRef("pk"))
-    rows = (
-        get_user_model()
-        ._default_manager.filter(pk__in=pks)
-        .annotate(direct=direct, via_group=via_group)
-    )
-    columns = ["pk", "is_active", "is_superuser", "direct", "via_group"]
-    if names:
-        rows = rows.annotate(named=FilteredRelation("groups", condition=Q(groups__name__in=names)))
-        columns.append("named__name")
-    facts: dict[Any, dict[str, Any]] = {}
-    for row in rows.values_list(*columns):
-        entry = facts.setdefault(row[0], _facts(*row[1:5]))
-        if names and row[5]:
-            entry["groups"].add(row[5])
-    return facts
-
-
-def approvals_read(plan: Plan, approvals) -> list[Approval]:
-    """The approvals of the queryset ``approvals`` (the plan's), with their reviewers and
-    what approvals_standing needs to know of them, in one query."""
-    requirement = plan_policy_requirement(plan)
-    names = requirement_groups(requirement) if requirement else set()
-    direct, via_group = _may_review(OuterRef("reviewer_id"))
-    rows = approvals.select_related("reviewer").annotate(
-        reviews_directly=direct, reviews_via_group=via_group
-    )
-    if names:
-        # One row per approval and group of the requirement its maker is in now.
-        rows = rows.annotate(
-            named=FilteredRelation(
-                "reviewer__groups", condition=Q(reviewer__groups__name__in=names)
-            ),
-            named_group=F("named__name"),
-        )
-    read: dict[Any, Approval] = {}
-    for row in rows:
-        approval = read.setdefault(row.pk, row)
-        if approval is row:
-            reviewer = row.reviewer
-            approval.reviewer_facts = _facts(
-                reviewer.is_active,
-                reviewer.is_superuser,
-                row.reviews_directly,
-                row.reviews_via_group,
-            )
-        if names and row.named_group:
-            approval.reviewer_facts["groups"].add(row.named_group)
-    return list(read.values())
-
-
-def _standing_of(approval: Approval, facts: dict[str, Any] | None, names: set[str] | None):
-    """(groups it counts for now, why it is void): one of the two is None."""
-    if facts is None or not facts["active"]:
-        return None, VOID_DEACTIVATED
-    if approval.break_glass:
-        if not facts["superuser"]:
-            return None, VOID_NOT_SUPERUSER
-        return [EVERY_GROUP], None
-    if not facts["reviews"]:
-        return None, VOID_NOT_REVIEWER
-    if names is None:
-        return [], None
-    # A group recorded outside the requirement is no membership lapsing: such a row was
-    # not written by the decide service, and the claim refuses it as it is.
-    recorded = set(approval.groups or []) & names
-    kept = sorted(recorded & facts["groups"])
-    if recorded and not kept:
-        return None, "no longer a member of " + ", ".join(sorted(recorded))
-    return kept, None
-
-
-def approvals_standing(plan: Plan, approvals) -> Standing:
-    """Which of ``approvals`` (the plan's) still count, and for what; see above. One
-    query, none without approvals."""
-    approvals = list(approvals)
-    standing = Standing()
-    if not approvals:
-        return standing
-    requirement = plan_policy_requirement(plan)
-    names = requirement_groups(requirement) if requirement else None
-    if all(hasattr(a, "reviewer_facts") for a in approvals):
-        # Read with them (approvals_read), or for a whole page (approvals_standing_prefetch).
-        facts = {a.reviewer_id: a.reviewer_facts for a in approvals}
-    else:
-        facts = _reviewer_facts({a.reviewer_id for a in approvals}, names or set())
-    for approval in approvals:
-        groups, why = _standing_of(approval, facts.get(approval.reviewer_id), names)
-        if why is None:
-            standing.groups[approval.pk] = groups
-        else:
-            standing.void[approval.pk] = why
-    return standing
-
-
-def approvals_standing_prefetch(plans, approvals) -> None:
-    """Read what approvals_standing needs for the ``approvals`` of several ``plans`` (a
-    page of the queue) in one query, kept on each approval."""
-    approvals = list(approvals)
-    if not approvals:
-        return
-    names: set[str] = set()
-    for plan in plans:
-        names |= requirement_groups(plan_policy_requirement(plan))
-    facts = _reviewer_facts({a.reviewer_id for a in approvals}, names)
-    for approval in approvals:
-        approval.reviewer_facts = facts.get(approval.reviewer_id)
-
-
-def approvals_void_record(plan: Plan, approvals, standing: Standing, *, actor: str) -> None:
-    """Audit each approval found void (``approval.voided``: whose, and why), once per
-    approval: the ones already recorded are left out (one more query, only when some
-    approval is void)."""
-    if not standing.void:
-        return
-    seen = {
-        str(value)
-        for value in AuditEvent.objects.filter(plan_id=plan.id, kind="approval.voided").values_list(
-            "data__approval", flat=True
-        )
-    }
-    for approval in approvals:
-        why = standing.void.get(approval.pk)
-        if why is None or str(approval.pk) in seen:
-            continue
-        audit_record(
-            kind="approval.voided",
-            actor=actor,
-            plan=plan,
-            data={
-                "approval": str(approval.pk),
-                "reviewer": user_actor(approval.reviewer),
-                "reason": why,
-                **({"break_glass": True} if approval.break_glass else {}),
-                **({"grant": str(approval.grant_id)} if approval.grant_id else {}),
-            },
-        )
-
-
-def approvals_standing_meet(plan: Plan, approvals, standing: Standing) -> bool:
-    """Do the approvals that still count decide the plan: its requirement, or the class
-    default's number of distinct approvers?"""
-    counting = [a for a in approvals if a.pk not in standing.void]
-    requirement = plan_policy_requirement(plan)
-    if requirement:
-        return requirement_assess(requirement, _approvers(plan, counting, standing)).met
-    return len({a.reviewer_id for a in counting}) >= plan.required_approvals
-
-
-def _approvers(
-    plan: Plan, approvals, standing: Standing | None = None
-) -> list[tuple[Any, list[str], float]]:
-    """The approvals that still count (``standing``: read when not given), as
-    requirement_assess takes them: key, the groups recorded when they were given that
-    their maker is still in (every group for a break-glass approval), and when, from
-    the plan's submission."""
-    approvals = list(approvals)
-    if standing is None:
-        standing = approvals_standing(plan, approvals)
-    return [
-        (
-            a.pk,
-            standing.groups[a.pk],
-            _elapsed(plan, a.created_at) if a.created_at else None,
-        )
-        for a in approvals
-        if a.pk in standing.groups
-    ]
 
 
 def _escalation_note(plan: Plan, requirement: dict[str, Any]) -> str:

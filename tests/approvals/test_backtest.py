@@ -549,7 +549,7 @@ def test_a_run_that_fails_says_why_on_its_page_and_in_the_trail(
     def broken(**kwargs):
         raise RuntimeError("the database went away")
 
-    monkeypatch.setattr("approvals.decisions.backtest.backtest_run", broken)
+    monkeypatch.setattr("approvals.decisions.backtest.runs.backtest_run", broken)
     assert policy_backtest_execute(backtest_id=backtest.id) == "failed"
     backtest.refresh_from_db()
     assert backtest.state == "failed" and "the database went away" in backtest.error
