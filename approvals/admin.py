@@ -211,7 +211,7 @@ class PolicyBacktestForm(forms.Form):
 
 @admin.register(PolicyBacktest)
 class PolicyBacktestAdmin(admin.ModelAdmin):
-    """Replay a draft policy set over the stored plans (approvals/decisions/backtest.py):
+    """Replay a draft policy set over the stored plans (approvals/decisions/backtest/):
     the page takes the draft and the window, a worker runs it (never the request), and
     the report lists the plans where the draft and people disagree. Staff with
     ``approvals.run_policy_backtest`` only; each run is audited (``policy.backtest``)."""

@@ -675,7 +675,7 @@ class OidcIdentity(models.Model):
 
 class PolicyBacktest(models.Model):
     """One replay of a draft policy set over the stored plans, asked for on the admin's
-    backtest page (approvals/decisions/backtest.py): who asked, the draft (its text and
+    backtest page (approvals/decisions/backtest/): who asked, the draft (its text and
     hash) and the window, then the run's progress and its report.
 
     A run reads every plan of its window, so it runs in a worker, never in the request;

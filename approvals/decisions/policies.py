@@ -280,7 +280,7 @@ def policy_approval(
 
 
 def plan_repeat_key(document: dict[str, Any]) -> str:
-    """What identifies a proposal for ``Replay.REPEAT`` (approvals/services.py): the
+    """What identifies a proposal for ``Replay.REPEAT`` (approvals/services/submission.py): the
     SHA-256 of its fingerprint document without the policy part's ``MOMENT_FACTS`` (when
     the policies judged it, and the agent's rate then, which an earlier identical
     proposal itself raised). Everything a plan would do stays in it: the action and its

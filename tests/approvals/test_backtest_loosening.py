@@ -1,4 +1,4 @@
-"""What a draft loosens, in a backtest (approvals/decisions/backtest.py, refusals.py,
+"""What a draft loosens, in a backtest (approvals/decisions/backtest/, refusals.py,
 actions/policy/drafts.py; docs/policy.md, Backtesting): submissions a policy refused are
 recorded (committed on their own, never a plan, never in a queue, never executed, purged
 after their retention), a draft that drops the ``forbid`` lists those it would let
