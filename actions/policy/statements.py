@@ -32,20 +32,18 @@ def split_statements(text: str) -> list[Statement]:
     ``;``) is a statement of its own."""
     statements: list[Statement] = []
     start: int | None = None
+    # Comments blanked (same length): only strings are left to tell from the code.
+    code = _masked(text)
     i, n = 0, len(text)
     in_string = False
     while i < n:
-        char = text[i]
+        char = code[i]
         if in_string:
             if char == "\\":
                 i += 2
                 continue
             if char == '"':
                 in_string = False
-        elif char == "/" and text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            continue
         elif char == '"':
             in_string = True
             start = i if start is None else start

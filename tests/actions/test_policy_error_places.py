@@ -152,3 +152,18 @@ def test_a_cedar_files_problems_are_placed_in_that_file(demo_policies, tmp_path)
         "invoices.cedar, line 6",
     ]
     assert any("`context.input.invoice_id` (column 3)" in p.message for p in problems)
+
+
+def test_statements_split_at_semicolons_outside_comments_and_strings():
+    from actions.policy.statements import split_statements
+
+    text = (
+        "// a comment; with a semicolon\n"
+        'permit (principal, action, resource) when { context.input.memo == "a;b" };\n'
+        "forbid (principal, action, resource); // trailing; comment\n"
+        "permit (principal, action, resource)"
+    )
+    found = split_statements(text)
+    assert [s.line for s in found] == [2, 3, 4]
+    assert found[0].text.endswith('"a;b" };') and found[1].text.startswith("forbid")
+    assert found[2].text == "permit (principal, action, resource)"
