@@ -279,7 +279,7 @@ def policy_approval(
     return False, {**evaluated.part, "outcome": REVIEW, "decided_by": [], "held": held}
 
 
-def plan_repeat_key(document: dict[str, Any]) -> str:
+def plan_repeat_key(document: dict[str, Any], *, fingerprint: str = "") -> str:
     """What identifies a proposal for ``Replay.REPEAT`` (approvals/services/submission.py): the
     SHA-256 of its fingerprint document without the policy part's ``MOMENT_FACTS`` (when
     the policies judged it, and the agent's rate then, which an earlier identical
@@ -291,10 +291,12 @@ def plan_repeat_key(document: dict[str, Any]) -> str:
     be the ones a person or a policy approved (guarantee 2)."""
     policy = document.get("policy") or {}
     part = policy.get(POLICY_PART)
-    if part:
-        part = {k: v for k, v in part.items() if k not in MOMENT_FACTS}
-        document = {**document, "policy": {**policy, POLICY_PART: part}}
-    return digest(document)
+    if not part or not any(fact in part for fact in MOMENT_FACTS):
+        # Nothing to leave out: the key is the fingerprint, which the caller may have
+        # computed already (the same SHA-256 over the same canonical bytes).
+        return fingerprint or digest(document)
+    part = {k: v for k, v in part.items() if k not in MOMENT_FACTS}
+    return digest({**document, "policy": {**policy, POLICY_PART: part}})
 
 
 def _log_errors(result: PolicyResult, action: str) -> None:

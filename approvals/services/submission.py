@@ -220,7 +220,7 @@ def _plan_submit(
             # back: a person is never asked twice about one plan. Compared by the repeat
             # key, not the fingerprint: the moment the policies judged it is no part of
             # what a plan would do (policies.plan_repeat_key).
-            repeat_key = plan_repeat_key(document)
+            repeat_key = plan_repeat_key(document, fingerprint=hexdigest)
             repeated = awaiting_repeat(agent=agent, repeat_key=repeat_key, now=now)
             if repeated is not None:
                 return repeat_record(repeated, agent=agent, reservation=reservation), Replay.REPEAT

@@ -259,3 +259,11 @@ def test_the_migration_gives_awaiting_plans_the_key_a_submission_would(
     assert Plan.objects.get(pk=again.pk).repeat_key == ""
     third, replayed = submit(agent)
     assert replayed == Replay.REPEAT and third.id == plan.id
+
+
+def test_without_policies_the_repeat_key_is_the_fingerprint(make_plan):
+    """Nothing judged at a moment to leave out: the key is the fingerprint itself (and is
+    not computed a second time)."""
+    plan = make_plan()
+    assert "policies" not in plan.policy
+    assert plan.repeat_key == plan.fingerprint
