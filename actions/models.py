@@ -33,10 +33,24 @@ class ChangeKind(models.TextChoices):
 
 
 class Connector(models.Model):
-    """One upstream system. Outbound requests may only go to its base URL's host."""
+    """One upstream system. Outbound requests may only go to its base URL's host.
+
+    ``kind`` names the connector kind that speaks to it (actions/connectors/registry.py):
+    ``http`` (the default) or ``mcp``, an MCP server. An MCP server is described by
+    ``server``: ``{"transport": "stdio", "command", "args", "env", "cwd"}`` or
+    ``{"transport": "http", "url", "headers"}`` (nothing in it is secret; credentials are
+    Credential rows). Its ``base_url`` is then its address: the URL, or for a stdio server
+    ``stdio:`` and a hash of how it is started, so a plan bound to one server can never be
+    carried out by another (executors/claims.py compares it)."""
+
+    class Kind(models.TextChoices):
+        HTTP = "http", "HTTP API"
+        MCP = "mcp", "MCP server"
 
     name = models.SlugField(max_length=64, unique=True)
-    base_url = models.URLField(max_length=500)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.HTTP)
+    base_url = models.CharField(max_length=500)
+    server = models.JSONField(default=dict, blank=True)
     connect_timeout = models.FloatField(default=3.0)
     read_timeout = models.FloatField(default=10.0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -66,6 +80,42 @@ class Connector(models.Model):
         return None
 
 
+class ToolPin(models.Model):
+    """One MCP tool's definition as a person confirmed it, and as the server last served it.
+
+    A tool is its name, description, input and output schemas and annotations; ``digest``
+    is the SHA-256 of their canonical JSON (actions/connectors/mcp/pins.py). Plans carry
+    the digest of every tool they use; submission and the worker refuse a plan whose tool
+    the server now describes differently (a "rug pull": a description or schema changed
+    after approval) until a person reviews ``seen_definition`` and confirms it."""
+
+    connector = models.ForeignKey(Connector, on_delete=models.CASCADE, related_name="tool_pins")
+    tool = models.CharField(max_length=128)
+    # As confirmed; empty until a person confirms it.
+    definition = models.JSONField(null=True, blank=True)
+    digest = models.CharField(max_length=64, blank=True)
+    confirmed_by = models.CharField(max_length=150, blank=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    # As the server served it when it last differed from the confirmed one (or at import).
+    seen_definition = models.JSONField(null=True, blank=True)
+    seen_digest = models.CharField(max_length=64, blank=True)
+    seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["connector", "tool"]
+        constraints = [
+            models.UniqueConstraint(fields=["connector", "tool"], name="tool_pin_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.connector.name}: {self.tool}"
+
+    @property
+    def drifted(self) -> bool:
+        """The server serves a definition other than the confirmed one."""
+        return bool(self.seen_digest) and self.seen_digest != self.digest
+
+
 class Credential(models.Model):
     """A secret for one connector and one role, encrypted at rest.
 
@@ -87,6 +137,9 @@ class Credential(models.Model):
         # (worker for write, reader for read) exchanges it at ``token_url`` for a
         # short-lived access token, kept in that process's memory only (actions/oauth.py).
         OAUTH2 = "oauth2", "OAuth2 client credentials"
+        # An MCP server started over stdio: the secret is environment variables,
+        # {"env": {"NAME": "value"}}, given to the server process of the credential's role.
+        ENV = "env", "Environment variables (MCP stdio server)"
 
     class ClientAuth(models.TextChoices):
         BASIC = "basic", "HTTP Basic (client_secret_basic)"

@@ -93,11 +93,33 @@ def diff(before: Any, after: Any, pointer: str = "") -> list[dict[str, Any]]:
     return [{"path": pointer or "/", "op": "replace", "before": before, "after": after}]
 
 
-def planned_after(kind: str, before: Any, body: Any) -> Any:
+def merge_append(target: Any, patch: Any) -> Any:
+    """A merge in which an array in ``patch`` adds its items to the array at the same
+    place in ``target`` (items already there are not repeated: a knowledge store's
+    observations, a set of labels); objects merge as in a merge patch."""
+    if isinstance(patch, list):
+        result = list(target) if isinstance(target, list) else []
+        for item in patch:
+            if item not in result:
+                result.append(copy.deepcopy(item))
+        return result
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_append(result.get(key), value)
+    return result
+
+
+def planned_after(kind: str, before: Any, body: Any, *, merge: str = "patch") -> Any:
     """What the target would be after a change of ``kind`` that sends ``body`` (the
-    rendered write body) to the target as read (``before``; None when nothing is read)."""
+    rendered write body) to the target as read (``before``; None when nothing is read).
+    ``merge``: how an update joins the target (``append``: arrays gain items)."""
     if kind == "update":
-        return merge_patch(before, body)
+        return merge_append(before, body) if merge == "append" else merge_patch(before, body)
     if kind in ("replace", "create", "invoke"):
         return body
     return None  # delete: nothing is left; read: nothing changes
@@ -111,8 +133,13 @@ def planned_change(spec: ActionSpec, values: dict[str, Any], before: Any) -> tup
         return None, []
     if spec.kind in ("create", "invoke"):
         before = None
-    after = planned_after(spec.kind, before, spec.render_body(spec.write.body, values))
+    body = spec.render_body(spec.write.body, values)
+    after = planned_after(spec.kind, before, body, merge=_merge(spec))
     return after, diff(before, after)
+
+
+def _merge(spec: ActionSpec) -> str:
+    return spec.mcp.merge if spec.mcp is not None else "patch"
 
 
 def read_target(reader, spec: ActionSpec, values: dict[str, Any]) -> Read:
@@ -126,14 +153,12 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
     ``client`` is the reader the connector's kind opened (the read credential only)."""
     spec = action.spec
     kind = kind_of(action.connector)
-    target_path = spec.render_path(spec.target, values)
-    target = {
-        "connector": action.connector.name,
-        "base_url": action.connector.base_url,
-        "path": target_path,
-    }
+    target = kind.target(client, spec, values)
+    target_path = target["path"]
     if spec.kind == "read":
         return _read_preview(spec, values, target, kind.read_request(spec, values))
+    if spec.mcp is not None and spec.mcp.recipe == "dry_run":
+        return _dry_run_preview(spec, values, target, kind, client)
     read = None
     if spec.read is not None:
         read = kind.read(client, spec, values)
@@ -151,7 +176,7 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
         if not read.exists:
             raise TargetNotFound(f"{target_path} was not found upstream")
         before = read.body
-        after = planned_after(spec.kind, before, body)
+        after = planned_after(spec.kind, before, body, merge=_merge(spec))
         precondition = kind.precondition(spec, read, absent=False)
 
     write_request = kind.write_request(spec, values, body, precondition, read)
@@ -165,6 +190,35 @@ def compute_preview(action: Action, values: dict[str, Any], client) -> Preview:
         precondition=precondition,
         write_request=write_request,
         summary_markdown=summary,
+    )
+
+
+def _dry_run_preview(spec: ActionSpec, values, target, kind, client) -> Preview:
+    """The tool's own dry run is the preview: its output is what the plan shows as the
+    change (``after``), and its hash the version the worker checks by running the dry
+    run again right before the real call. Nothing is computed by Countersign here: the
+    page says so."""
+    read = kind.read(client, spec, values)
+    write_request = kind.write_request(spec, values, None, {}, read)
+    precondition = kind.precondition(spec, read, absent=False)
+    lines = [
+        f"**Call** {markdown_code(write_request['path'])} — {spec.title}",
+        "",
+        "Preview from the tool's own dry run: the server promises it writes nothing.",
+    ]
+    own = spec.render_summary(values)
+    if own:
+        lines += ["", own]
+    output = read.body if isinstance(read.body, str) else _pretty(read.body)
+    lines += ["", markdown_block(output)]
+    return Preview(
+        target=target,
+        before=None,
+        after=read.body,
+        changes=[],
+        precondition=precondition,
+        write_request=write_request,
+        summary_markdown="\n".join(lines),
     )
 
 

@@ -192,6 +192,67 @@ class CheckWith:
 
 
 @dataclass(frozen=True)
+class PairedRead:
+    """An MCP write's paired read: a read tool on the same server, called with arguments
+    taken from the input; its result (``result``: the text as it is, the text parsed as
+    JSON, or the structured content; then ``pointer`` into it) is the target's document.
+    The target is absent when the pointer finds nothing, when the tool's error text
+    matches ``error_matches``, or when its text matches ``text_matches`` (RE2)."""
+
+    tool: str
+    arguments: Any
+    result: str = "text"  # "text" | "json" | "structured"
+    pointer: str = ""
+    error_matches: str = ""
+    text_matches: str = ""
+
+
+@dataclass(frozen=True)
+class McpSpec:
+    """An action that calls one tool of an MCP server (actions/connectors/mcp/).
+
+    ``recipe`` is how its preview is made: ``paired_read`` (a read tool gives the target
+    before; the after is computed from the change kind), ``dry_run`` (the tool itself,
+    called with ``dry_argument`` set to ``dry_value``, shows what it would do), ``none``
+    (the exact call is shown, nothing computed), or ``read`` for an observation."""
+
+    tool: str
+    arguments: Any  # a template over the input; None: the input as it is
+    recipe: str
+    paired: PairedRead | None = None
+    merge: str = "patch"  # how an update's document joins the target: "patch" | "append"
+    dry_argument: str = ""
+    dry_value: bool = True
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """Every tool a plan of this action calls: each is pinned (ToolPin)."""
+        return (self.tool, self.paired.tool) if self.paired else (self.tool,)
+
+    def render_arguments(self, values: dict[str, Any]) -> dict[str, Any]:
+        if self.arguments is None:
+            return dict(values)
+        rendered = _render(self.arguments, values)
+        return {} if rendered is _ABSENT else rendered
+
+    def render_read_arguments(self, values: dict[str, Any]) -> dict[str, Any]:
+        rendered = _render(self.paired.arguments, values) if self.paired else _ABSENT
+        return {} if rendered is _ABSENT else rendered
+
+    def dry_arguments(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The call that only shows: the write's arguments with the dry-run flag set."""
+        return {**self.render_arguments(values), self.dry_argument: self.dry_value}
+
+    def real_arguments(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The call that writes: a dry-run tool's flag is sent explicitly the other way,
+        never left to the server's default."""
+        arguments = self.render_arguments(values)
+        if self.recipe == "dry_run":
+            arguments[self.dry_argument] = not self.dry_value
+        return arguments
+
+
+@dataclass(frozen=True)
 class ActionSpec:
     name: str
     title: str
@@ -214,10 +275,14 @@ class ActionSpec:
     # Re-read the target after a 2xx to a change and compare it with the plan.
     verify: bool = False
     check_with: CheckWith | None = None
+    # An MCP action: the tool it calls and how its preview is made (None: HTTP).
+    mcp: McpSpec | None = None
 
     @classmethod
     def from_definition(cls, name: str, d: dict[str, Any]) -> ActionSpec:
         """Build from a definition already validated against the catalog schema."""
+        if "tool" in d:
+            return _mcp_spec(cls, name, d)
         kind = d["kind"]
         target = d["target"]
         read = None
@@ -272,46 +337,8 @@ class ActionSpec:
             if st
             else None
         )
-        a = d.get("approval") or {}
-        cls_name = d["consequence_class"]
-        sensitive = bool(d.get("sensitive", False))
-        defaults = settings.COUNTERSIGN_APPROVAL_POLICY[cls_name]
-        # No per-call approval only for a plain observation read, whatever the file says
-        # (the loader refuses it otherwise).
-        mode = (
-            "none"
-            if a == "none" and kind == "read" and cls_name == "observation" and not sensitive
-            else "per_call"
-        )
-        a = a if isinstance(a, dict) else {}
-        approval = ApprovalSpec(
-            approvers=int(a.get("approvers", defaults["approvers"])),
-            approval_ttl=int(a.get("approval_ttl", defaults["approval_ttl"])),
-            plan_ttl=int(a.get("plan_ttl", settings.COUNTERSIGN_PLAN_TTL_SECONDS)),
-            # Never for external or irreversible actions, nor for a sensitive read,
-            # whatever the file says (the loader refuses it too).
-            # Nor for an action whose approvals must be signed: a grant signs nothing.
-            session_grant=bool(a.get("session_grant", defaults["session_grant"]))
-            and not a.get("signed", cls_name in settings.COUNTERSIGN_SIGNED_APPROVAL_CLASSES)
-            and cls_name in ("observation", "reversible")
-            and not sensitive
-            and mode == "per_call",
-            mode=mode,
-            signed=mode == "per_call"
-            and bool(a.get("signed", cls_name in settings.COUNTERSIGN_SIGNED_APPROVAL_CLASSES)),
-        )
-        result = tuple(
-            ResultField(
-                name=name,
-                type=f["type"],
-                pointer=f.get("pointer", ""),
-                header=f.get("header", ""),
-                status=bool(f.get("status", False)),
-                max_length=int(f.get("max_length", 200)),
-                enum=tuple(f.get("enum") or ()),
-            )
-            for name, f in sorted((d.get("result") or {}).items())
-        )
+        approval = _approval(d, kind)
+        result = _results(d)
         cw = d.get("check_with")
         check_with = (
             CheckWith(action=cw["action"], input=dict(cw.get("input") or {})) if cw else None
@@ -326,7 +353,7 @@ class ActionSpec:
             description=d.get("description", ""),
             connector=d["connector"],
             kind=kind,
-            consequence_class=cls_name,
+            consequence_class=d["consequence_class"],
             card=localized_card(d["card"]),
             input_schema=d["input_schema"],
             target=target,
@@ -337,10 +364,21 @@ class ActionSpec:
             approval=approval,
             status=status,
             result=result,
-            sensitive=sensitive,
+            sensitive=bool(d.get("sensitive", False)),
             verify=verify,
             check_with=check_with,
         )
+
+    def render_label(self, values: dict[str, Any]) -> str:
+        """An MCP action's target label (``target:``), for reviewers."""
+        return render_label(self.target, values) if self.target else ""
+
+    @property
+    def previewed(self) -> bool:
+        """Is what a plan would change computed before it is approved? Every action but
+        an MCP write with no preview (``preview: {recipe: none}``), which a person always
+        decides: no policy, grant or rule approves a call nobody could preview."""
+        return self.mcp is None or self.mcp.recipe != "none"
 
     # --- input -----------------------------------------------------------------
 
@@ -389,53 +427,132 @@ class ActionSpec:
             return template
 
 
-MAX_FORM_DEPTH = 8
+def _approval(d: dict[str, Any], kind: str) -> ApprovalSpec:
+    a = d.get("approval") or {}
+    cls_name = d["consequence_class"]
+    sensitive = bool(d.get("sensitive", False))
+    defaults = settings.COUNTERSIGN_APPROVAL_POLICY[cls_name]
+    # No per-call approval only for a plain observation read, whatever the file says
+    # (the loader refuses it otherwise).
+    mode = (
+        "none"
+        if a == "none" and kind == "read" and cls_name == "observation" and not sensitive
+        else "per_call"
+    )
+    a = a if isinstance(a, dict) else {}
+    return ApprovalSpec(
+        approvers=int(a.get("approvers", defaults["approvers"])),
+        approval_ttl=int(a.get("approval_ttl", defaults["approval_ttl"])),
+        plan_ttl=int(a.get("plan_ttl", settings.COUNTERSIGN_PLAN_TTL_SECONDS)),
+        # Never for external or irreversible actions, nor for a sensitive read,
+        # whatever the file says (the loader refuses it too).
+        # Nor for an action whose approvals must be signed: a grant signs nothing.
+        session_grant=bool(a.get("session_grant", defaults["session_grant"]))
+        and not a.get("signed", cls_name in settings.COUNTERSIGN_SIGNED_APPROVAL_CLASSES)
+        and cls_name in ("observation", "reversible")
+        and not sensitive
+        and mode == "per_call",
+        mode=mode,
+        signed=mode == "per_call"
+        and bool(a.get("signed", cls_name in settings.COUNTERSIGN_SIGNED_APPROVAL_CLASSES)),
+    )
 
 
-def form_pairs(body: Any, style: str = "form") -> list[list[str]]:
-    """A form body as the exact ``[name, value]`` pairs the write sends, in order.
-
-    Values: strings as they are, numbers as JSON writes them, ``true``/``false``, and
-    null as an empty value (how form APIs clear a field). In the ``form`` style an array
-    repeats its field (``tag=a&tag=b``) and an object is refused; in ``deep_object``
-    fields nest with brackets (``address[city]=Paris``, ``tags[0]=a``).
-    """
-    if not isinstance(body, dict):
-        raise TemplateError("a form body is an object of fields")
-    pairs: list[list[str]] = []
-    for name, value in body.items():
-        _form_field(pairs, str(name), value, style, 0)
-    return pairs
-
-
-def _form_field(pairs: list[list[str]], name: str, value: Any, style: str, depth: int) -> None:
-    if depth > MAX_FORM_DEPTH:
-        raise TemplateError(f"form field {name!r} is nested too deeply")
-    if isinstance(value, dict):
-        if style != "deep_object":
-            raise TemplateError(f"form field {name!r} is an object: only deep_object forms nest")
-        for key, item in value.items():
-            _form_field(pairs, f"{name}[{key}]", item, style, depth + 1)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            if style == "deep_object":
-                _form_field(pairs, f"{name}[{i}]", item, style, depth + 1)
-            elif isinstance(item, dict | list):
-                raise TemplateError(f"form field {name!r} holds a nested value")
-            else:
-                pairs.append([name, _form_value(item)])
-    else:
-        pairs.append([name, _form_value(value)])
+def _results(d: dict[str, Any]) -> tuple[ResultField, ...]:
+    return tuple(
+        ResultField(
+            name=name,
+            type=f["type"],
+            pointer=f.get("pointer", ""),
+            header=f.get("header", ""),
+            status=bool(f.get("status", False)),
+            max_length=int(f.get("max_length", 200)),
+            enum=tuple(f.get("enum") or ()),
+        )
+        for name, f in sorted((d.get("result") or {}).items())
+    )
 
 
-def _form_value(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    return _json_text(value)
+def _mcp_spec(cls, name: str, d: dict[str, Any]) -> ActionSpec:
+    """The typed form of an MCP action (``tool:`` in the catalog). Its "write" is the tool
+    call (method ``CALL``, path the tool's name), its body the document the target should
+    be after it (a paired read's ``document``) or, with no document to compute, the
+    arguments; its "read" is the paired read tool, or the dry run of the tool itself."""
+    kind = d["kind"]
+    preview = d.get("preview") or {}
+    recipe = "read" if kind == "read" else preview.get("recipe", "none")
+    paired = None
+    if recipe == "paired_read":
+        r = preview["read"]
+        absent = r.get("absent_when") or {}
+        paired = PairedRead(
+            tool=r["tool"],
+            arguments=r.get("arguments"),
+            result=r.get("result", "text"),
+            pointer=r.get("pointer", ""),
+            error_matches=absent.get("error_matches", ""),
+            text_matches=absent.get("text_matches", ""),
+        )
+    mcp = McpSpec(
+        tool=d["tool"],
+        arguments=d.get("arguments"),
+        recipe=recipe,
+        paired=paired,
+        merge=preview.get("merge", "patch"),
+        dry_argument=preview.get("argument", ""),
+        dry_value=bool(preview.get("value", True)),
+    )
+    read = None
+    version = None
+    body: Any = None
+    if recipe == "paired_read":
+        read = ReadSpec(path=paired.tool)
+        if kind not in ("create", "invoke"):
+            v = d.get("version") or {"source": "hash"}
+            version = VersionSource(source=v["source"], field=v.get("field", ""))
+        body = preview.get("document")
+    elif recipe in ("dry_run", "read"):
+        read = ReadSpec(path=mcp.tool)
+        version = VersionSource(source="hash")
+    if recipe in ("none", "dry_run"):
+        # Nothing computed: what is shown is the exact call.
+        body = mcp.arguments if mcp.arguments is not None else {"$input_all": True}
+    write = WriteSpec(method="CALL", path=mcp.tool, body=body)
+    verify = bool(d.get("verify", True)) and kind in VERIFIABLE_KINDS and recipe == "paired_read"
+    return cls(
+        name=name,
+        title=localized(d["title"]),
+        description=d.get("description", ""),
+        connector=d["connector"],
+        kind=kind,
+        consequence_class=d["consequence_class"],
+        card=localized_card(d["card"]),
+        input_schema=d["input_schema"],
+        target=d.get("target", ""),
+        read=read,
+        version=version,
+        write=write,
+        summary=localized(d.get("summary", "")),
+        approval=_approval(d, kind),
+        result=_results(d),
+        sensitive=bool(d.get("sensitive", False)),
+        verify=verify,
+        mcp=mcp,
+    )
+
+
+def render_label(template: str, values: dict[str, Any], limit: int = 300) -> str:
+    """An MCP action's target label for reviewers: input values put in as they are (no
+    encoding: a label is shown, never sent), cut to ``limit`` characters."""
+
+    def sub(match: re.Match[str]) -> str:
+        value = values.get(match.group(1))
+        if value is None:
+            return "—"
+        return value if isinstance(value, str) else _json_text(value)
+
+    text = _PATH_FIELD.sub(sub, template)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class _Missing(dict):
@@ -467,6 +584,8 @@ def _json_text(value: Any) -> str:
 
 def _render(template: Any, values: dict[str, Any]) -> Any:
     if isinstance(template, dict):
+        if template == {"$input_all": True}:
+            return dict(values)
         if set(template) == {"$input"}:
             key = template["$input"]
             return values.get(key, _ABSENT)

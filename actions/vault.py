@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -142,6 +143,9 @@ def check_secret_shape(scheme: str, secret: dict[str, Any]) -> None:
         Credential.Scheme.BASIC: ("username", "password"),
         Credential.Scheme.OAUTH2: ("client_id", "client_secret"),
     }.get(scheme)
+    if scheme == Credential.Scheme.ENV:
+        _check_env_secret(secret)
+        return
     if needed is None:
         raise VaultError(f"unknown credential scheme {scheme!r}")
     missing = [k for k in needed if not isinstance(secret.get(k), str) or not secret[k]]
@@ -154,6 +158,21 @@ def check_secret_shape(scheme: str, secret: dict[str, Any]) -> None:
         raise VaultError(f"{', '.join(short)} must be at least {MIN_SECRET_CHARS} characters long")
 
 
+def _check_env_secret(secret: dict[str, Any]) -> None:
+    """An ``env`` secret: {"env": {NAME: value}}, at least one variable, every value long
+    enough to be recognised if a server writes it back."""
+    env = secret.get("env")
+    if not isinstance(env, dict) or not env:
+        raise VaultError("an env secret needs env: at least one NAME=value")
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise VaultError(f"{name!r} is not an environment variable name")
+        if not isinstance(value, str) or len(value) < MIN_SECRET_CHARS or "\x00" in value:
+            raise VaultError(f"{name} must be at least {MIN_SECRET_CHARS} characters long")
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
 # The parts of a secret that are secret: a Basic user name and an OAuth2 client id are
 # identifiers, shown in logs and consoles; scrubbing them from upstream answers would
 # refuse every preview of a record that names the account.
@@ -161,8 +180,12 @@ _NOT_SECRET = frozenset({"username", "client_id"})
 
 
 def secret_values(secret: dict[str, Any]) -> list[str]:
-    """Every secret string in a secret, for redaction."""
-    return [v for k, v in secret.items() if k not in _NOT_SECRET and isinstance(v, str) and v]
+    """Every secret string in a secret, for redaction (an ``env`` secret's values too)."""
+    values = [v for k, v in secret.items() if k not in _NOT_SECRET and isinstance(v, str) and v]
+    env = secret.get("env")
+    if isinstance(env, dict):
+        values += [v for v in env.values() if isinstance(v, str) and v]
+    return values
 
 
 def read_secrets_rotate(*, actor: str = SYSTEM) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from actions.clients import read_client
+from actions.connectors.registry import kind_of
 from actions.preview import read_target
 
 from .models import Plan
@@ -54,7 +54,7 @@ def plan_freshness(plan: Plan) -> Freshness:
         spec = action.spec
         if spec.read is None:
             return Freshness(NOTHING)
-        with read_client(action.connector) as client:
+        with kind_of(action.connector).reader(action.connector) as client:
             read = read_target(client, spec, plan.input)
     except Exception as exc:  # noqa: BLE001 - any failure is "could not check", not a 500
         # The type only: an upstream's words (which may echo what it was sent) stay out

@@ -94,7 +94,9 @@ def needs_no_approval(plan: Plan) -> bool:
     approved (checked again above: policy_claim_refusal), never an irreversible one."""
     spec = plan.action.spec
     if plan.policy.get("mode") == POLICY_MODE:
-        return plan.consequence_class != "irreversible" and not spec.approval.signed
+        return (
+            plan.consequence_class != "irreversible" and not spec.approval.signed and spec.previewed
+        )
     return (
         plan.policy.get("mode") == "none"
         and plan.kind == "read"

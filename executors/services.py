@@ -228,6 +228,9 @@ def _send(claim: Claim, auth, found: dict[str, Any]) -> Sent:
     # The writer is built before the fence, so the fence is as late as it can be.
     writer = kind.writer(plan.action.connector, spec, auth)
     try:
+        refusal = kind.refusal_before_send(writer, spec, plan.target)
+        if refusal is not None:
+            raise _refuse(claim, f"refused before sending: {refusal}", error=refusal)
         _fence(claim, writer.recorded(request, key=key), found)
     except _Done:
         writer.close()

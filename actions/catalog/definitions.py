@@ -17,12 +17,15 @@ from ..policy.schema import document_problems
 from ..rules import rule_problem
 from ..spec import VERIFIABLE_KINDS, pattern_problem
 from ..text import ENGLISH, languages_of, localized
+from .mcp import check_mcp_action
 from .problems import CatalogProblem
 
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def check_action(base: str, action: dict[str, Any], connectors: set[str]) -> list[CatalogProblem]:
+def check_action(
+    base: str, action: dict[str, Any], connectors: set[str], mcp_connectors: set[str] = frozenset()
+) -> list[CatalogProblem]:
     out: list[CatalogProblem] = []
 
     def problem(where: str, message: str) -> None:
@@ -51,8 +54,16 @@ def check_action(base: str, action: dict[str, Any], connectors: set[str]) -> lis
     required = set(schema.get("required") or [])
     kind = action["kind"]
     write = action.get("write") or {}
-    paths = [("/target", action["target"]), ("/write/path", write.get("path", ""))]
-    if isinstance(action.get("read"), dict):
+    if "tool" in action:
+        out.extend(check_mcp_action(base, action, properties, mcp_connectors))
+    elif action["connector"] in mcp_connectors:
+        problem("/connector", "an MCP server is called by tool: give tool, not write")
+    paths = (
+        []
+        if "tool" in action
+        else [("/target", action["target"]), ("/write/path", write.get("path", ""))]
+    )
+    if isinstance(action.get("read"), dict) and "tool" not in action:
         paths.append(("/read/path", action["read"].get("path", "")))
     for where, template in paths:
         for key in _PATH_FIELD.findall(template):
@@ -97,7 +108,9 @@ def check_action(base: str, action: dict[str, Any], connectors: set[str]) -> lis
             if (why := rule_problem(rule)) is not None:
                 problem(f"/{key}/{i}", why)
     if action.get("eligibility") and (
-        kind in ("invoke", "create") or action.get("read", {}) is None
+        kind in ("invoke", "create")
+        or action.get("read", {}) is None
+        or ("tool" in action and (action.get("preview") or {}).get("recipe") != "paired_read")
     ):
         problem("/eligibility", "eligibility rules need a target that is read before the change")
     if (write.get("retry") or {}).get("max_retries") and not write.get("idempotency_header"):
@@ -116,6 +129,8 @@ def check_action(base: str, action: dict[str, Any], connectors: set[str]) -> lis
         for key in _PATH_FIELD.findall(status.get("path", "")):
             if key not in required:
                 problem("/status/path", f"path field {key!r} must be a required input property")
+    if "tool" in action:
+        return out  # what follows is about HTTP requests
     body_fields = _template_inputs(write.get("body"))
     for key in body_fields:
         if key not in properties:

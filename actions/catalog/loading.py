@@ -151,20 +151,47 @@ def _read_policy_files(
     return origins
 
 
+def connector_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    """A connector's columns from its catalog entry: an HTTP API by its base URL, or an
+    MCP server (``mcp:``) by how it is reached, its address the URL or, for a server
+    started over stdio, ``stdio:`` and the hash of how it is started."""
+    timeouts = spec.get("timeouts") or {}
+    if "mcp" not in spec:
+        return {
+            "kind": "http",
+            "server": {},
+            "base_url": spec["base_url"].rstrip("/"),
+            "connect_timeout": timeouts.get("connect", 3.0),
+            "read_timeout": timeouts.get("read", 10.0),
+        }
+    mcp = spec["mcp"]
+    if "url" in mcp:
+        server = {"transport": "http", "url": mcp["url"], "headers": dict(mcp.get("headers") or {})}
+        address = mcp["url"]
+    else:
+        server = {
+            "transport": "stdio",
+            "command": mcp["command"],
+            "args": list(mcp.get("args") or []),
+            "env": dict(mcp.get("env") or {}),
+            "cwd": mcp.get("cwd", ""),
+        }
+        address = "stdio:" + digest(server)[:32]
+    return {
+        "kind": "mcp",
+        "server": server,
+        "base_url": address,
+        "connect_timeout": timeouts.get("connect", 10.0),
+        "read_timeout": timeouts.get("read", 30.0),
+    }
+
+
 def catalog_apply(document: dict[str, Any], *, actor: str = "catalog") -> LoadReport:
     """Store a document ``catalog_document`` validated, in one transaction."""
     report = LoadReport()
     with transaction.atomic():
         for name, spec in (document.get("connectors") or {}).items():
-            timeouts = spec.get("timeouts") or {}
-            Connector.objects.update_or_create(
-                name=name,
-                defaults={
-                    "base_url": spec["base_url"].rstrip("/"),
-                    "connect_timeout": timeouts.get("connect", 3.0),
-                    "read_timeout": timeouts.get("read", 10.0),
-                },
-            )
+            Connector.objects.update_or_create(name=name, defaults=connector_fields(spec))
             report.connectors.append(name)
         unconfirmed = set(document.get("unconfirmed_classes") or [])
         for name, definition in (document.get("actions") or {}).items():

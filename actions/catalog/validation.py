@@ -74,9 +74,15 @@ def validate_catalog(
     known_connectors = set(document.get("connectors", {})) | set(
         Connector.objects.values_list("name", flat=True)
     )
+    mcp_connectors = {
+        name for name, spec in (document.get("connectors") or {}).items() if "mcp" in spec
+    } | (
+        set(Connector.objects.filter(kind="mcp").values_list("name", flat=True))
+        - set(document.get("connectors") or {})
+    )
     for name, action in (document.get("actions") or {}).items():
         base = f"/actions/{escape_pointer_token(name)}"
-        problems.extend(check_action(base, action, known_connectors))
+        problems.extend(check_action(base, action, known_connectors, mcp_connectors))
     actions = document.get("actions") or {}
     problems.extend(check_follow_ups(document, follow_up_targets or {}))
     if "reviewers" in document:

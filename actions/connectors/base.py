@@ -212,6 +212,18 @@ class ConnectorKind:
         """Read the action's target for ``values`` and extract its version."""
         raise NotImplementedError
 
+    def target(self, reader, spec, values: dict[str, Any]) -> dict[str, Any]:
+        """What the plan names as its target (fingerprinted): the connector, its address
+        (``base_url``, which the claim compares with the connector's), the target's
+        ``path``, and what a kind adds (how its preview is made: ``preview``). A kind may
+        check here that the upstream still is what was confirmed."""
+        connector = reader.connector
+        return {
+            "connector": connector.name,
+            "base_url": connector.base_url,
+            "path": spec.render_path(spec.target, values),
+        }
+
     # --- 2. plan the write --------------------------------------------------------------
 
     def precondition(self, spec, read: Read | None, *, absent: bool) -> dict[str, Any]:
@@ -252,6 +264,11 @@ class ConnectorKind:
     def writer(self, connector, spec, auth) -> Writer:
         """The write client for one plan of ``spec``, presenting ``auth``."""
         raise NotImplementedError
+
+    def refusal_before_send(self, writer, spec, target: dict[str, Any]) -> str | None:
+        """Why the write may not be sent now, checked by the worker once the writer is
+        open and before the fence (None: it may). The plan ends refused, nothing sent."""
+        return None
 
     def keys_writes(self, spec) -> bool:
         """Whether a write of ``spec`` carries an idempotency key the upstream keeps."""

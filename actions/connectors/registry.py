@@ -14,6 +14,7 @@ from .base import ConnectorKind
 DEFAULT_KIND = "http"
 KINDS = {
     "http": "actions.connectors.http.HTTPKind",
+    "mcp": "actions.connectors.mcp.MCPKind",
 }
 
 

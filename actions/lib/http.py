@@ -277,7 +277,7 @@ class _Client:
 
 def _form_content(body: Any) -> bytes:
     """A form body comes as the exact ``[name, value]`` pairs the preview showed
-    (actions.spec.form_pairs): it is only encoded here, never reshaped."""
+    (actions/connectors/http/forms.py): it is only encoded here, never reshaped."""
     if not isinstance(body, list) or not all(
         isinstance(pair, list | tuple)
         and len(pair) == 2

@@ -232,12 +232,20 @@ class HeldOut(Schema):
 
     policies: list[str] = Field(description="The @approve policies that would approve it.")
     reasons: list[
-        Literal["irreversible", "evaluation_error", "signed_action", "rule_owned", "revision"]
+        Literal[
+            "irreversible",
+            "evaluation_error",
+            "signed_action",
+            "rule_owned",
+            "revision",
+            "no_preview",
+        ]
     ] = Field(
         description="irreversible: an irreversible plan always has a person (the floor); "
         "evaluation_error: a policy failed to evaluate, so none approves; signed_action: "
         "the action needs passkey-signed approvals; rule_owned: a decision rule keeps it "
-        "for its groups (see rules); revision: a reviewer's revision goes to a person."
+        "for its groups (see rules); revision: a reviewer's revision goes to a person; "
+        "no_preview: an MCP call with no preview is always read by a person."
     )
     rules: list[HeldRuleOut] = Field(
         description="For rule_owned: the rules that keep the plan, and their groups."

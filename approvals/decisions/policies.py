@@ -69,9 +69,11 @@ MOMENT_FACTS = ("at", "rate")
 IRREVERSIBLE = "irreversible"  # the floor: an irreversible plan always has a person
 EVALUATION_ERROR = "evaluation_error"  # the floor: a policy failed to evaluate
 SIGNED_ACTION = "signed_action"  # the action wants passkey-signed approvals
+# An MCP write with no preview: nothing was computed, so a person reads the exact call.
+NO_PREVIEW = "no_preview"
 RULE_OWNED = "rule_owned"  # a decision rule keeps the plan for its groups
 REVISION = "revision"  # a reviewer's revision: someone is looking at it
-HELD_REASONS = (IRREVERSIBLE, EVALUATION_ERROR, SIGNED_ACTION, RULE_OWNED, REVISION)
+HELD_REASONS = (IRREVERSIBLE, EVALUATION_ERROR, SIGNED_ACTION, RULE_OWNED, REVISION, NO_PREVIEW)
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,7 @@ def policy_approval(
     requirement: dict[str, Any],
     signed: bool,
     revision: bool,
+    previewed: bool = True,
 ) -> tuple[bool, dict[str, Any]]:
     """Whether the policies approve a plan about to be stored with no person, and the
     policy part to fingerprint.
@@ -266,6 +269,8 @@ def policy_approval(
         reasons.append(EVALUATION_ERROR)
     if signed:
         reasons.append(SIGNED_ACTION)
+    if not previewed:
+        reasons.append(NO_PREVIEW)
     keeping = rules_keeping(requirement, rules_in_force())
     if keeping:
         reasons.append(RULE_OWNED)

@@ -334,6 +334,7 @@ HELD_WORDS = {
     "irreversible": "an irreversible plan always has a person",
     "evaluation_error": "a policy failed to evaluate, so no policy approves it",
     "signed_action": "the action needs passkey-signed approvals",
+    "no_preview": "the action has no preview, so a person reads the exact call",
     "revision": "a reviewer's revision goes to a person",
 }
 

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
-from actions.clients import read_client
+from actions.connectors.registry import kind_of
 from actions.fingerprint import fingerprint, fingerprint_document, requester_part
 from actions.lib import dispatch, logcontext
 from actions.lib.actors import POLICY as POLICY_ACTOR
@@ -170,7 +170,7 @@ def _plan_submit(
         action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
         # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
         check_allow_lists(agent, action, values)
-        client = read_client(action.connector)
+        client = kind_of(action.connector).reader(action.connector)
         notify = notifications_wanted()
     reason = _checked_reason(reason)
     reservation = None
@@ -320,6 +320,7 @@ def _judged(
             requirement=requirement,
             signed=spec.approval.signed,
             revision=revision,
+            previewed=spec.previewed,
         )
     if evaluated.result is not None:
         # What the plan got: an @approve something kept for people counts as a review.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actions.spec import TemplateError, form_pairs
+from actions.connectors.http.forms import form_pairs
+from actions.spec import TemplateError
 
 
 def test_form_pairs_in_the_form_style():

@@ -165,14 +165,16 @@ def test_a_kind_importing_another_breaks_the_contract(tree):
     second = tree / "actions" / "connectors" / "second"
     pyproject = tree / "pyproject.toml"
     original = pyproject.read_text()
-    listed = 'modules = ["actions.connectors.http"]'
+    listed = 'modules = ["actions.connectors.http", "actions.connectors.mcp"]'
     assert listed in original
     try:
         second.mkdir()
         (second / "__init__.py").write_text("from actions.connectors.http import reading\n")
         pyproject.write_text(
             original.replace(
-                listed, 'modules = ["actions.connectors.http", "actions.connectors.second"]'
+                listed,
+                'modules = ["actions.connectors.http", "actions.connectors.mcp", '
+                '"actions.connectors.second"]',
             )
         )
         broken = _broken(tree)

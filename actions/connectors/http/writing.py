@@ -11,9 +11,9 @@ from typing import Any
 from actions.clients import credential_auth
 from actions.lib.http import FORM_CONTENT_TYPE, READ_METHODS, WriteClient, connector_url
 from actions.lib.redaction import REDACTED, redact_headers
-from actions.spec import form_pairs
 
 from ..base import WEAK, Read
+from .forms import form_pairs
 
 
 def set_pointer(document: dict[str, Any], pointer: str, value: Any) -> dict[str, Any]:

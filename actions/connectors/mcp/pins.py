@@ -1,0 +1,116 @@
+"""Tool pinning: the defence against a server that changes a tool after a person
+approved using it (a "rug pull": a new description that instructs the model, a widened
+schema, a read-only hint dropped).
+
+A tool's definition is what a client is told about it: its name, title, description,
+input and output schemas and annotations. Its digest is the SHA-256 of their canonical
+JSON. A person confirms a definition (actions.models.ToolPin); every plan carries the
+digests of the tools it uses, and both submission and the worker, right before the
+call, compare them with what the server serves now. A difference refuses the plan with
+a readable reason and records what the server now serves, for an admin to review and
+confirm."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.utils import timezone
+
+from actions.cache import cached
+from actions.models import ToolPin
+
+from ..base import PreviewError
+
+DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+
+class ToolChanged(PreviewError):
+    status = 409
+    type = "tool-changed"
+    title = "The MCP tool changed since it was confirmed"
+
+
+class ToolNotConfirmed(PreviewError):
+    status = 409
+    type = "tool-not-confirmed"
+    title = "The MCP tool has not been confirmed by a person"
+
+
+def tool_definition(tool: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a served tool a pin covers (absent and null parts left out)."""
+    return {key: tool[key] for key in DEFINITION_FIELDS if tool.get(key) is not None}
+
+
+def tool_digest(tool: dict[str, Any]) -> str:
+    """SHA-256 of the definition's canonical JSON (sorted keys, no spaces, UTF-8): the
+    same bytes whatever order the server sent its keys in."""
+    text = json.dumps(
+        tool_definition(tool), ensure_ascii=False, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _pins(connector) -> dict[str, ToolPin]:
+    return cached(
+        "tool_pins",
+        connector.pk,
+        lambda: {pin.tool: pin for pin in ToolPin.objects.filter(connector_id=connector.pk)},
+    )
+
+
+def record_seen(connector, tool: dict[str, Any], digest: str) -> None:
+    """Keep what the server serves now beside the confirmed definition, for review (one
+    conditional UPDATE or INSERT; nothing when it is already recorded)."""
+    name = tool["name"]
+    now = timezone.now()
+    updated = (
+        ToolPin.objects.filter(connector_id=connector.pk, tool=name)
+        .exclude(seen_digest=digest)
+        .update(seen_definition=tool_definition(tool), seen_digest=digest, seen_at=now)
+    )
+    if not updated and not ToolPin.objects.filter(connector_id=connector.pk, tool=name).exists():
+        ToolPin.objects.get_or_create(
+            connector_id=connector.pk,
+            tool=name,
+            defaults={
+                "seen_definition": tool_definition(tool),
+                "seen_digest": digest,
+                "seen_at": now,
+            },
+        )
+
+
+def pinned_digests(connector, names: tuple[str, ...], served: list[dict[str, Any]]) -> dict:
+    """The confirmed digest of each tool in ``names``, checked against ``served`` (the
+    server's tools/list as this process's session holds it). Raises ToolChanged or
+    ToolNotConfirmed, after recording what is served for an admin to review."""
+    by_name = {tool.get("name"): tool for tool in served}
+    pins = _pins(connector)
+    out: dict[str, str] = {}
+    for name in names:
+        tool = by_name.get(name)
+        if tool is None:
+            raise ToolChanged(
+                f"the MCP server of {connector.name} no longer offers the tool {name}; "
+                "nothing was sent"
+            )
+        digest = tool_digest(tool)
+        pin = pins.get(name)
+        if pin is None or not pin.digest:
+            record_seen(connector, tool, digest)
+            raise ToolNotConfirmed(
+                f"the tool {name} of {connector.name} has not been confirmed: an admin "
+                "reviews its definition and confirms it (admin: MCP tools, or "
+                "manage.py confirm_tools) before plans use it"
+            )
+        if digest != pin.digest:
+            record_seen(connector, tool, digest)
+            raise ToolChanged(
+                f"the tool {name} of {connector.name} changed since it was confirmed "
+                "(its description, schemas or annotations); plans that use it are "
+                "refused until an admin reviews the difference and confirms it"
+            )
+        out[name] = digest
+    return out
