@@ -1,0 +1,1 @@
+"""An upstream MCP server as a connector kind."""
