@@ -42,6 +42,13 @@ _REFUSED_REQUESTS = {
     "elicitation/create": "elicitation",
     "roots/list": "roots",
 }
+# How the SDK's HTTP transport words the errors it writes for answers it could not read.
+_SYNTHESIZED = (
+    "Failed to parse",
+    "Unexpected content type",
+    "server answered a request with 202",
+    "Redirect to",
+)
 CLIENT_INFO = types.Implementation(name="countersign", version="1")
 # How many server processes or HTTP sessions this process has started.
 started = 0
@@ -198,6 +205,7 @@ class _Connection:
         self.served = False  # answered at least one call
         self.lost = False  # ended under a call
         self.was_ready = False
+        self.reported = False
         self.refused_count = 0
         self.http_status = 0  # of the last HTTP answer
         self.inflight = 0
@@ -206,7 +214,7 @@ class _Connection:
     def _drop(self, problem: str) -> None:
         if not self.problem:
             self.problem = problem
-        self.done.set()
+        self._ended()
 
     async def pump(self, read, send) -> None:
         """Pass the server's messages on to the SDK, within bounds."""
@@ -240,7 +248,15 @@ class _Connection:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
         finally:
-            self.done.set()
+            self._ended()
+
+    def _ended(self) -> None:
+        """The session is over: said once, as soon as it is known (before the calls it
+        ends are told, and before the server is stopped), so a restart waits its turn."""
+        self.done.set()
+        if self.was_ready and not self.closing and not self.reported:
+            self.reported = True
+            self._on_end(self)
 
     def _note_request(self, method: str) -> None:
         # The SDK's default handlers refuse these (and no capability advertises them);
@@ -283,6 +299,8 @@ class _Connection:
             self.closing = True
             self.task.cancel()
             await asyncio.wait({self.task}, timeout=8.0)
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: the timeout is what the caller hears
             raise McpUnavailable(
                 "the MCP server did not start: no answer to the handshake within "
                 f"{self.spec.connect_timeout:g} s"
@@ -303,9 +321,7 @@ class _Connection:
         finally:
             self.ended = True
             self.client = None
-            self.done.set()
-            if self.was_ready and not self.closing:
-                self._on_end(self)
+            self._ended()
 
     def _start_error(self, exc: BaseException) -> McpUnavailable:
         exc = _leaf(exc)
@@ -338,6 +354,34 @@ class _Connection:
                 self.task.cancel()
                 await asyncio.wait({self.task}, timeout=4.0)
 
+    def _classify(self, exc: MCPError, method: str) -> None:
+        """Raise what an error means when it is not the server's own JSON-RPC answer: the
+        session ended under the call, or the HTTP transport stood in for an answer that
+        never came (the SDK writes those as JSON-RPC errors, texts below)."""
+        if self.problem:
+            self.lost = True
+            raise McpProtocolError(self.problem, sent=True) from None
+        if self.done.is_set():
+            self.lost = True
+            raise McpCallLost(
+                f"the MCP server closed the connection before answering {method}"
+            ) from None
+        if self.spec.transport != "http":
+            return
+        message = str(exc.error.message)
+        if message.startswith("SSE stream") or message == "Session terminated":
+            self.lost = True
+            self._drop("")
+            raise McpCallLost(f"the MCP server's answer to {method} was lost") from None
+        if message == "Server returned an error response":
+            raise McpProtocolError(
+                f"the MCP server answered {method} with HTTP {self.http_status}", sent=True
+            ) from None
+        if message.startswith(_SYNTHESIZED):
+            raise McpProtocolError(
+                f"the MCP server's answer to {method} was not a valid message", sent=True
+            ) from None
+
     async def request(self, method: str, timeout: float, **kwargs: Any):
         """One request through the client, its failures as McpError."""
         client = self.client
@@ -353,14 +397,7 @@ class _Connection:
                 f"the MCP server did not answer {method} within {timeout:g} s"
             ) from None
         except MCPError as exc:
-            if self.problem:
-                self.lost = True
-                raise McpProtocolError(self.problem, sent=True) from None
-            if exc.code == types.CONNECTION_CLOSED:
-                self.lost = True
-                raise McpCallLost(
-                    f"the MCP server closed the connection before answering {method}"
-                ) from None
+            self._classify(exc, method)
             raise
         except (ValidationError, RuntimeError, ValueError):
             raise McpProtocolError(
