@@ -502,6 +502,13 @@ COUNTERSIGN_IDEMPOTENCY_TTL_SECONDS = env_int("COUNTERSIGN_IDEMPOTENCY_TTL_SECON
 COUNTERSIGN_HTTP_CONNECT_TIMEOUT = env_float("COUNTERSIGN_HTTP_CONNECT_TIMEOUT", 3.0)
 COUNTERSIGN_HTTP_READ_TIMEOUT = env_float("COUNTERSIGN_HTTP_READ_TIMEOUT", 10.0)
 COUNTERSIGN_HTTP_MAX_RESPONSE_BYTES = env_int("COUNTERSIGN_HTTP_MAX_RESPONSE_BYTES", 1024 * 1024)
+# Upstream MCP servers (actions/connectors/mcp/sessions.py): each process keeps at most this
+# many initialized sessions per connector and role; one JSON-RPC message (a stdio line, a
+# JSON body, an SSE event) may be at most MAX_MESSAGE_BYTES and one tool result, as
+# received, at most MAX_RESULT_BYTES.
+COUNTERSIGN_MCP_SESSIONS_PER_SERVER = env_int("COUNTERSIGN_MCP_SESSIONS_PER_SERVER", 2)
+COUNTERSIGN_MCP_MAX_MESSAGE_BYTES = env_int("COUNTERSIGN_MCP_MAX_MESSAGE_BYTES", 4 * 1024 * 1024)
+COUNTERSIGN_MCP_MAX_RESULT_BYTES = env_int("COUNTERSIGN_MCP_MAX_RESULT_BYTES", 1024 * 1024)
 # OAuth2 client-credentials credentials send their client secret to a token URL. It must be
 # on the connector's own origin unless that URL's origin (scheme://host[:port]) is listed
 # here, e.g. "https://login.example.com": a secret never goes to a host nobody named.
