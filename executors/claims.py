@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
+from actions.connectors.registry import kind_of
 from actions.fingerprint import plan_fingerprint_matches
 from actions.lib.actors import EXECUTOR
 from actions.models import Credential, VaultState, action_by_id
@@ -133,8 +134,9 @@ def claim_plan(plan_id) -> Claim | None:
             reason = refusal_reason(plan, now)
             # A read uses the read credential only; there is no write to open.
             if reason is None and plan.kind != "read":
-                credential = plan.action.connector.credential(Credential.Role.WRITE)
-                if credential is None:
+                connector = plan.action.connector
+                credential = connector.credential(Credential.Role.WRITE)
+                if credential is None and not kind_of(connector).features.write_credential_optional:
                     reason = NO_WRITE_CREDENTIAL
         if reason is None and not (needs_no_approval(plan) or approvals_spend(plan, now)):
             reason = NO_VALID_APPROVAL

@@ -121,6 +121,9 @@ def execution_run(*, plan_id) -> str:
 def _open_credential(claim: Claim):
     """Open the write secret here, in the worker (executors.vault), and hand it to the
     connector's kind to present; the kind never opens a credential itself."""
+    kind = kind_of(claim.plan.action.connector)
+    if claim.credential is None:  # a kind whose upstream may take none (claims.py)
+        return kind.authenticate(None, {})
     try:
         secret = open_write_secret(claim.credential)
     except VaultError as exc:
@@ -128,7 +131,7 @@ def _open_credential(claim: Claim):
             claim, "refused before sending: the write credential cannot be opened", error=str(exc)
         ) from None
     try:
-        return kind_of(claim.plan.action.connector).authenticate(claim.credential, secret)
+        return kind.authenticate(claim.credential, secret)
     except TokenError as exc:
         if not exc.permanent:
             raise _release_unsent(claim, str(exc)) from None

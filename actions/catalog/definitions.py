@@ -383,6 +383,8 @@ def check_follow_ups(
 
 
 def _path_fields(action: dict[str, Any]) -> set[str]:
+    if "tool" in action:
+        return set()  # an MCP action has no path: its label is shown, never sent
     templates = [action["target"], (action.get("write") or {}).get("path", "")]
     if isinstance(action.get("read"), dict):
         templates.append(action["read"].get("path", ""))

@@ -121,6 +121,10 @@ class Features:
     can_key_writes: bool = False
     # Accepted work (``Outcome.PENDING``) can be followed with a status request.
     can_follow_accepted_work: bool = False
+    # The upstream may take no credential at all (a local MCP server): a connector with
+    # no write credential still writes, with nothing opened (``authenticate(None, {})``);
+    # what keeps the preview side from writing is then its reader alone.
+    write_credential_optional: bool = False
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 from ..base import STRONG, WEAK, ConnectorKind, Features, Read, StatusRead, Verdict
 from . import outcomes, reading, writing
 from .pins import pinned_digests
-from .servers import credential_auth
+from .servers import NO_AUTH, credential_auth
 
 RECIPES = {
     # recipe: (strength, what the page and the API say)
@@ -28,7 +28,9 @@ RECIPES = {
 
 class MCPKind(ConnectorKind):
     name = "mcp"
-    features = Features()  # no fence the server checks, no idempotency key, no 202
+    # No fence the server checks, no idempotency key, no 202; a local server may take
+    # no credential at all (the reader's refusal of undeclared tools is the boundary).
+    features = Features(write_credential_optional=True)
 
     def reader(self, connector):
         return reading.McpReader(connector)
@@ -79,7 +81,7 @@ class MCPKind(ConnectorKind):
         return {"method": "tools/call", "tool": request["path"], "arguments": request["body"]}
 
     def authenticate(self, credential, secret: dict[str, Any]):
-        return credential_auth(credential, secret)
+        return NO_AUTH if credential is None else credential_auth(credential, secret)
 
     def writer(self, connector, spec, auth) -> writing.Writer:
         return writing.Writer(connector, spec, auth)

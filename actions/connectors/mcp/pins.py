@@ -16,10 +16,12 @@ import hashlib
 import json
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from actions.cache import cached
-from actions.models import ToolPin
+from actions.lib.audit import audit_record
+from actions.models import Action, ToolPin
 
 from ..base import PreviewError
 
@@ -114,3 +116,56 @@ def pinned_digests(connector, names: tuple[str, ...], served: list[dict[str, Any
             )
         out[name] = digest
     return out
+
+
+def tools_confirm(
+    connector, served: list[dict[str, Any]], *, names: list[str] | None, actor: str
+) -> list[str]:
+    """A person confirms the definitions ``served`` (the server's tools/list as read
+    now) of the tools ``names`` (None: every tool the connector's actions use), which
+    plans then carry. Audited; returns the tools whose pin changed."""
+    by_name = {tool.get("name"): tool for tool in served}
+    if names is None:
+        names = sorted(
+            {
+                tool
+                for action in Action.objects.filter(connector_id=connector.pk)
+                if action.spec.mcp is not None
+                for tool in action.spec.mcp.tools
+            }
+        )
+    missing = [name for name in names if name not in by_name]
+    if missing:
+        raise ToolChanged(f"the server of {connector.name} offers no tool {', '.join(missing)}")
+    changed = []
+    now = timezone.now()
+    with transaction.atomic():
+        for name in names:
+            tool = by_name[name]
+            digest = tool_digest(tool)
+            pin, _ = ToolPin.objects.select_for_update().get_or_create(
+                connector_id=connector.pk, tool=name
+            )
+            if pin.digest == digest:
+                continue
+            previous = pin.digest
+            pin.definition = tool_definition(tool)
+            pin.digest = digest
+            pin.seen_definition = tool_definition(tool)
+            pin.seen_digest = digest
+            pin.seen_at = now
+            pin.confirmed_by = actor
+            pin.confirmed_at = now
+            pin.save()
+            changed.append(name)
+            audit_record(
+                kind="tool.confirmed",
+                actor=actor,
+                data={
+                    "connector": connector.name,
+                    "tool": name,
+                    "digest": digest,
+                    "previous": previous or None,
+                },
+            )
+    return changed

@@ -136,7 +136,8 @@ def read_target(reader: McpReader, spec, values: dict[str, Any]) -> Read:
                 f"the dry run of {mcp.tool} reported an error: the change cannot be made "
                 "as proposed"
             )
-        document = result.structured if result.structured is not None else result.text
+        # What the tool shows (its text); its structured content only when it sent no text.
+        document = result.text if result.text or result.structured is None else result.structured
         return Read(exists=True, body=document, version=document_version(document), strength=STRONG)
     paired = mcp.paired
     result = reader.call(paired.tool, mcp.render_read_arguments(values))
