@@ -138,8 +138,22 @@ def definition_text(definition: dict[str, Any]) -> str:
 
 
 def _connector_entry(connector: Connector) -> dict[str, Any]:
+    if connector.kind == Connector.Kind.MCP:
+        server = connector.server or {}
+        if server.get("transport") == "http":
+            address = {"url": server["url"], "headers": dict(server.get("headers") or {})}
+        else:
+            address = {
+                "command": server.get("command", ""),
+                "args": list(server.get("args") or []),
+                "env": dict(server.get("env") or {}),
+                "cwd": server.get("cwd", ""),
+            }
+        entry: dict[str, Any] = {"mcp": {k: v for k, v in address.items() if v or k == "command"}}
+    else:
+        entry = {"base_url": connector.base_url}
     return {
-        "base_url": connector.base_url,
+        **entry,
         "timeouts": {
             "connect": _number(connector.connect_timeout),
             "read": _number(connector.read_timeout),

@@ -13,6 +13,8 @@ Jobs (``"mode"``):
 * ``decide``: reviewers approving plans over HTTP, as the review page's form does: one
   lane per reviewer session (``lanes: [{cookies, plans}]``), all lanes at once, each
   posting its plans one after the other; returns every latency and the elapsed time.
+* ``mcp_read``: the official MCP client calling one tool on a kept stdio session from
+  ``concurrency`` tasks for ``seconds`` (B9's floor).
 * ``hammer``: GET one path from ``concurrency`` tasks for ``seconds`` (the upstream's
   own rate: the floor a submission, which reads the upstream once, cannot beat).
 """
@@ -30,7 +32,20 @@ from pathlib import Path
 import httpx
 
 
-def _body(i: int, contacts: list[str], tag: str) -> dict:
+def _filled(template, i: int, tag: str):
+    """A body template with ``{i}`` and ``{tag}`` filled in its strings (B9's plans)."""
+    if isinstance(template, dict):
+        return {k: _filled(v, i, tag) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_filled(v, i, tag) for v in template]
+    if isinstance(template, str):
+        return template.replace("{i}", str(i)).replace("{tag}", tag)
+    return template
+
+
+def _body(i: int, contacts: list[str], tag: str, template: dict | None = None) -> dict:
+    if template is not None:
+        return _filled(template, i, tag)
     return {
         "action": "update_contact_email",
         "input": {"contact_id": contacts[i % len(contacts)], "email": f"{tag}{i}@bench.test"},
@@ -52,7 +67,8 @@ async def submit(job: dict) -> dict:
             i = next(counter)
             began = time.perf_counter()
             try:
-                response = await c.post(path, json=_body(i, contacts, job["tag"]))
+                body = _body(i, contacts, job["tag"], job.get("body"))
+                response = await c.post(path, json=body)
                 status = response.status_code
             except httpx.HTTPError as exc:
                 status = type(exc).__name__
@@ -64,7 +80,7 @@ async def submit(job: dict) -> dict:
                     {
                         "id": plan["id"],
                         "fingerprint": plan["fingerprint"],
-                        "contact": plan["input"]["contact_id"],
+                        "contact": plan["input"].get("contact_id", ""),
                     }
                 )
             if status == 201:
@@ -278,7 +294,43 @@ async def hammer(job: dict) -> dict:
     return {"count": count, "elapsed": time.perf_counter() - began, "errors": errors}
 
 
+async def mcp_read(job: dict) -> dict:
+    """B9's floor: the official MCP client calling one read tool from ``concurrency``
+    tasks for ``seconds`` on one kept stdio session (the server started once, before the
+    clock): what a submission previewed through that server cannot beat."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    server = StdioServerParameters(command=job["command"], args=job["args"])
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    async with Client(server, mode="auto") as client:
+
+        async def one(record: bool) -> None:
+            began = time.perf_counter()
+            result = await client.call_tool(job["tool"], job["arguments"])
+            if not record:
+                return
+            if result.is_error:
+                errors["isError"] = errors.get("isError", 0) + 1
+            else:
+                latencies.append((time.perf_counter() - began) * 1000)
+
+        async def loop(until: float, record: bool) -> None:
+            while time.perf_counter() < until:
+                await one(record)
+
+        warm = time.perf_counter() + job.get("warmup", 1.0)
+        await asyncio.gather(*(loop(warm, False) for _ in range(job["concurrency"])))
+        began = time.perf_counter()
+        until = began + job["seconds"]
+        await asyncio.gather(*(loop(until, True) for _ in range(job["concurrency"])))
+        elapsed = time.perf_counter() - began
+    return {"count": len(latencies), "elapsed": elapsed, "errors": errors, "latencies": latencies}
+
+
 MODES = {
+    "mcp_read": mcp_read,
     "submit": submit,
     "prepare": prepare,
     "wait": wait,

@@ -416,6 +416,19 @@ instead) and one per Celery worker process.
                 ),
             ]
         )
+    b9 = r.get("B9")
+    if b9:
+        rows.append(
+            [
+                "B9 submit through an MCP server (stdio)",
+                f"{fmt(b9['submit']['per_second'])}/s; "
+                f"{b9['processes_per_1000']:g} servers started per 1,000 previews",
+                f"{fmt(b9['direct']['per_second'])}/s (official client, kept session)",
+                fmt(b9["ratio"], 2),
+                f"≥ {b9['budget_ratio']:g}; 0 started",
+                verdict(b9["ratio"] >= b9["budget_ratio"] and b9["processes_started"] == 0),
+            ]
+        )
     if b2:
         rows.append(
             [
@@ -862,6 +875,8 @@ every 0.25 s during the run: p50 {fmt(lag.get("p50_s", 0), 2)} s, max
         )
     if b8:
         parts.append(_b8_text(b8))
+    if r.get("B9"):
+        parts.append(_b9_text(r["B9"]))
     analysis = PLOTS / "analysis.md"
     if analysis.exists():
         parts.append(analysis.read_text().strip())
@@ -1032,6 +1047,37 @@ peak memory at the largest history against the smallest: **{fmt(b8["rss_ratio"],
 (budget ≤ {BUDGET_B8_RSS_RATIO:g}). The draft would have approved {fmt(large["draft"]["approve"])},
 refused {fmt(large["draft"]["refuse"])} and sent {fmt(large["draft"]["review"])} to people.
 {_b8_refused_text(b8)}"""
+
+
+def _b9_text(b9: dict) -> str:
+    rows = [
+        [
+            "submit (paired read through the kept session)",
+            f"{b9['submit']['count']:,}",
+            fmt(b9["submit"]["per_second"]),
+            fmt(b9["submit"]["p50_ms"]),
+            ", ".join(f"{k}: {v}" for k, v in b9["submit"]["errors"].items()) or "none",
+        ],
+        [
+            "direct MCP client, read_text_file",
+            f"{b9['direct']['count']:,}",
+            fmt(b9["direct"]["per_second"]),
+            fmt(b9["direct"]["p50_ms"]),
+            ", ".join(f"{k}: {v}" for k, v in b9["direct"]["errors"].items()) or "none",
+        ],
+    ]
+    return f"""## B9 submit through an MCP server
+
+A plan on the real filesystem MCP server over stdio, previewed by its paired read
+(`read_text_file`, bench/mcp_upstream.py), submitted by {b9["concurrency"]} agents, against the
+official MCP client calling the same tool on one kept session, alternating, in the same run.
+
+{table(["", "calls", "per second", "p50 ms", "errors"], rows)}
+
+Ratio **{fmt(b9["ratio"], 2)}** (budget ≥ {b9["budget_ratio"]:g}). Server processes the web
+processes started after the warm-up: **{b9["processes_started"]}** over
+{b9["previews_after_warmup"]:,} previews ({b9["processes_per_1000"]:g} per 1,000; must be 0).
+"""
 
 
 def _b8_refused_text(b8: dict) -> str:

@@ -21,9 +21,10 @@ Scenarios: B1 submit (with the floor: the upstream's own GET rate and PostgreSQL
 single-row insert rate, measured in the same run; and with 200 decision rules, then 200
 policies, loaded beside the demo's: bench/policies.py), B2 decision to effect, B3
 executor throughput, B4 history, B5 waiting agents, B6 footprint, B7 decisions per
-second, B8 a policy backtest over stored history (see docs/benchmarks.md). B1 also times
-the policy engine in this process; B1, B5 and B7 sample how long audit events wait to
-be sealed.
+second, B8 a policy backtest over stored history, B9 a submission previewed through an
+MCP server over stdio against a direct MCP client (bench/mcp_upstream.py; see
+docs/benchmarks.md). B1 also times the policy engine in this process; B1, B5 and B7
+sample how long audit events wait to be sealed.
 
 ``--quick`` is a short run for development; the full run takes about a quarter of an
 hour.
@@ -57,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.mcp_upstream import b9_mcp  # noqa: E402
 from bench.procs import (  # noqa: E402
     Process,
     Stack,
@@ -1661,6 +1663,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("B5", lambda: b5_waiting(d, sizes)),
                 ("B7", lambda: b7_decisions(d, sizes)),
                 ("B8", lambda: b8_backtest(d, sizes)),
+                ("B9", lambda: b9_mcp(d, sizes, say)),
             ]
             for name, run in scenarios:
                 if only and name not in only:
@@ -1705,7 +1708,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B7", "B8")
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B7", "B8", "B9")
 
 
 def _keep_previous(path: Path, results: dict, only: set[str]) -> None:
