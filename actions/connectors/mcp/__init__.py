@@ -44,7 +44,7 @@ class MCPKind(ConnectorKind):
         ToolChanged or ToolNotConfirmed otherwise) and the preview's recipe."""
         connector = reader.connector
         mcp = spec.mcp
-        tools = pinned_digests(connector, mcp.tools, reader.tools())
+        tools = pinned_digests(connector, mcp.tools, reader.tools(), reader.pins)
         strength, says = RECIPES[mcp.recipe]
         preview: dict[str, Any] = {"recipe": mcp.recipe, "strength": strength, "says": says}
         if mcp.paired is not None:

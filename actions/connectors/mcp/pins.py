@@ -54,7 +54,8 @@ def tool_digest(tool: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _pins(connector) -> dict[str, ToolPin]:
+def pins_of(connector) -> dict[str, ToolPin]:
+    """The connector's pins by tool, as of the catalog generation (actions/cache.py)."""
     return cached(
         "tool_pins",
         connector.pk,
@@ -84,12 +85,18 @@ def record_seen(connector, tool: dict[str, Any], digest: str) -> None:
         )
 
 
-def pinned_digests(connector, names: tuple[str, ...], served: list[dict[str, Any]]) -> dict:
+def pinned_digests(
+    connector,
+    names: tuple[str, ...],
+    served: list[dict[str, Any]],
+    pins: dict[str, ToolPin] | None = None,
+) -> dict:
     """The confirmed digest of each tool in ``names``, checked against ``served`` (the
     server's tools/list as this process's session holds it). Raises ToolChanged or
-    ToolNotConfirmed, after recording what is served for an admin to review."""
+    ToolNotConfirmed, after recording what is served for an admin to review. ``pins``:
+    the connector's pins as the caller's catalog snapshot saw them (else looked up)."""
     by_name = {tool.get("name"): tool for tool in served}
-    pins = _pins(connector)
+    pins = pins_of(connector) if pins is None else pins
     out: dict[str, str] = {}
     for name in names:
         tool = by_name.get(name)

@@ -22,6 +22,7 @@ from actions.models import Action, Credential
 from actions.spec import compile_pattern
 
 from ..base import STRONG, PreviewError, Read, UpstreamEchoesSecrets, UpstreamTimeout
+from .pins import pins_of
 from .servers import read_server
 from .sessions import McpCallLost, McpError, McpUnavailable, session_for
 
@@ -59,9 +60,10 @@ def declared_reads(connector) -> tuple[frozenset[str], dict[str, tuple[str, bool
     return cached("mcp_reads", connector.pk, load)
 
 
-def read_refusal(connector, tool: str, arguments: dict[str, Any]) -> str | None:
-    """Why the preview side may not call ``tool`` with ``arguments`` (None: it may)."""
-    reads, dry = declared_reads(connector)
+def read_refusal(connector, tool: str, arguments: dict[str, Any], declared=None) -> str | None:
+    """Why the preview side may not call ``tool`` with ``arguments`` (None: it may).
+    ``declared``: ``declared_reads(connector)`` as the caller's snapshot saw it."""
+    reads, dry = declared_reads(connector) if declared is None else declared
     if tool in reads:
         return None
     if tool in dry:
@@ -79,6 +81,10 @@ class McpReader:
         self.connector = connector
         credential = connector.credential(Credential.Role.READ)
         self._spec = read_server(connector, credential)
+        # What the catalog declares and confirmed, as of the moment the reader opens (a
+        # submission opens it within its catalog snapshot: no further lookups).
+        self.declared = declared_reads(connector)
+        self.pins = pins_of(connector)
 
     def __enter__(self) -> McpReader:
         return self
@@ -100,7 +106,7 @@ class McpReader:
 
     def call(self, tool: str, arguments: dict[str, Any]):
         """One tool call, only if it is declared a read or a dry run."""
-        why = read_refusal(self.connector, tool, arguments)
+        why = read_refusal(self.connector, tool, arguments, self.declared)
         if why is not None:
             log.warning("MCP preview of %s: %s", self.connector.name, why)
             raise ReadRefused(why)
