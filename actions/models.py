@@ -48,9 +48,11 @@ class Connector(models.Model):
         MCP = "mcp", "MCP server"
 
     name = models.SlugField(max_length=64, unique=True)
-    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.HTTP)
+    kind = models.CharField(
+        max_length=16, choices=Kind.choices, default=Kind.HTTP, db_default=Kind.HTTP
+    )
     base_url = models.CharField(max_length=500)
-    server = models.JSONField(default=dict, blank=True)
+    server = models.JSONField(default=dict, db_default={}, blank=True)
     connect_timeout = models.FloatField(default=3.0)
     read_timeout = models.FloatField(default=10.0)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -32,13 +32,16 @@ class Migration(migrations.Migration):
             model_name="connector",
             name="kind",
             field=models.CharField(
-                choices=[("http", "HTTP API"), ("mcp", "MCP server")], default="http", max_length=16
+                choices=[("http", "HTTP API"), ("mcp", "MCP server")],
+                db_default="http",
+                default="http",
+                max_length=16,
             ),
         ),
         migrations.AddField(
             model_name="connector",
             name="server",
-            field=models.JSONField(blank=True, default=dict),
+            field=models.JSONField(blank=True, db_default={}, default=dict),
         ),
         migrations.AlterField(
             model_name="connector",
