@@ -121,6 +121,22 @@ def test_tools_are_listed_page_by_page_and_notes_kept(tmp_path):
     assert session.call_tool("read_note", {}).structured == {"text": "second"}
 
 
+def test_descriptions_are_capped():
+    session = session_for("long", stdio("ok", env={"LONG_DESCRIPTION": "50000"}))
+    description = session.list_tools()[0]["description"]
+    assert len(description) == sessions.MAX_DESCRIPTION_CHARS + 1 and description.endswith("…")
+
+
+def test_a_session_handed_out_before_pool_clear_is_closed_for_good(tmp_path):
+    pid_file = tmp_path / "pids"
+    session = session_for("kept", stdio("ok", env={"PID_FILE": str(pid_file)}))
+    session.call_tool("echo", {})
+    pool_clear()
+    with pytest.raises(McpUnavailable, match="ask session_for for a new one"):
+        session.call_tool("echo", {})
+    assert len(pids(pid_file)) == 1 and wait_gone(pids(pid_file)) == []
+
+
 def test_concurrent_callers_share_at_most_the_pool_size(settings):
     settings.COUNTERSIGN_MCP_SESSIONS_PER_SERVER = 2
     spec = stdio("ok")

@@ -15,7 +15,8 @@ notifications. Its tools:
   or replace it with ``{"text": ...}`` and return the previous text: a tiny upstream
   whose state a test can check from outside.
 
-``PAGE_SIZE=n`` (environment) serves ``tools/list`` n tools a page (with cursors).
+``PAGE_SIZE=n`` (environment) serves ``tools/list`` n tools a page (with cursors);
+``LONG_DESCRIPTION=n`` makes the ``echo`` tool's description n characters long.
 
 Modes (argv[1]):
 
@@ -90,6 +91,8 @@ def read() -> dict | None:
 
 def tools() -> list[dict]:
     description = state["echo_description"]
+    if os.environ.get("LONG_DESCRIPTION"):
+        description = "d" * int(os.environ["LONG_DESCRIPTION"])
     if MODE == "echo-secrets":
         description += f" (token {SECRET})"
     listed = [
