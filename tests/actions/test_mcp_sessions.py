@@ -59,6 +59,16 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def running(pid: int) -> bool:
+    """Is ``pid`` running (not a zombie)? For a process that is not this one's child:
+    only its own parent, or init, can reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
 def pids(path: Path) -> list[int]:
     return [int(line) for line in path.read_text().split()] if path.exists() else []
 
@@ -340,6 +350,19 @@ def test_pool_clear_leaves_no_server_process(tmp_path):
     assert len(started) == 4 and all(alive(pid) for pid in started)
     pool_clear()
     assert wait_gone(started, timeout=1.0) == []
+
+
+def test_what_a_server_started_goes_with_it(tmp_path):
+    grandchildren = tmp_path / "grandchildren"
+    session = session_for("family", stdio("ok", env={"GRANDCHILD_PID_FILE": str(grandchildren)}))
+    session.call_tool("echo", {})
+    (sleeper,) = pids(grandchildren)
+    assert running(sleeper)
+    pool_clear()
+    deadline = time.monotonic() + 3
+    while running(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(sleeper)
 
 
 def test_a_forked_child_gets_a_fresh_pool(tmp_path):

@@ -46,13 +46,16 @@ Modes (argv[1]):
   before the answer.
 
 Each process writes its pid to ``PID_FILE`` (appending a line) when that is set, so a
-test can check that every server it caused to start is gone.
+test can check that every server it caused to start is gone. With ``GRANDCHILD_PID_FILE``
+set it also starts a process of its own that sleeps for a minute, and writes that one's
+pid there (the test of orphans left behind).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 
@@ -242,6 +245,10 @@ def main() -> None:
     if os.environ.get("PID_FILE"):
         with open(os.environ["PID_FILE"], "a") as pids:
             pids.write(f"{os.getpid()}\n")
+    if os.environ.get("GRANDCHILD_PID_FILE"):
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        with open(os.environ["GRANDCHILD_PID_FILE"], "a") as pids:
+            pids.write(f"{sleeper.pid}\n")
     if MODE == "never-starts":
         sys.exit(1)
     if MODE == "stderr-flood":
