@@ -85,13 +85,17 @@ _WAIT_MARGIN = 5.0
 
 @dataclass
 class ToolResult:
+    """A tools/call answer as Countersign keeps it: the whole received result was at most
+    COUNTERSIGN_MCP_MAX_RESULT_BYTES, and every part is scrubbed of the credentials this
+    process holds."""
+
     is_error: bool
-    structured: Any | None
-    text: str
-    content: list[dict]
-    raw: bytes
+    structured: Any | None  # structuredContent, if any
+    text: str  # the text content items joined with "\n"
+    content: list[dict]  # non-text items summarised as {"type": ..., "omitted": True}
+    raw: bytes  # canonical JSON of {"isError", "content", "structuredContent"} as received
     elapsed_ms: int
-    secret_echoed: bool
+    secret_echoed: bool  # something read back repeated a credential
     # The JSON-RPC error code when the server answered tools/call with an error instead
     # of a result (then ``is_error`` is True and ``text`` is its scrubbed message).
     error_code: int | None = None
@@ -211,6 +215,7 @@ class Session:
         stdio = self._last_stdio
         if stdio is None:
             return ""
+        remember_secrets(self.spec.secrets)
         text, _ = scrub_text(stdio.stderr_tail().decode("utf-8", "replace"))
         return filter_text(text, secrets=list(self.spec.secrets), limit=STDERR_TAIL_BYTES)
 
