@@ -18,6 +18,18 @@ left (``sent``), which is what decides between "failed" and "unknown" for a writ
 
 A forked child (a Celery prefork worker) gets a fresh loop and an empty pool; its
 parent's sessions are forgotten without touching their pipes.
+
+Use::
+
+    spec = ServerSpec(transport="stdio", command="mcp-server-git", args=("--repository", path),
+                      env=(("GIT_TOKEN", token),), secrets=(token,))
+    session = session_for((connector.pk, "write"), spec)
+    tools = session.list_tools()            # cached until the server says they changed
+    result = session.call_tool("git_commit", {"message": "…"}, timeout=20)
+
+``call_tool`` returns a ``ToolResult`` (a JSON-RPC error answer is one too, with
+``error_code``) or raises ``McpUnavailable`` (nothing sent), ``McpCallLost`` (sent, no
+answer) or ``McpProtocolError`` (``sent`` says which).
 """
 
 from __future__ import annotations
