@@ -29,7 +29,7 @@ from actions.connectors.mcp.sessions import (
     processes_started,
     session_for,
 )
-from actions.lib.redaction import forget_secrets
+from actions.lib.redaction import forget_secrets, remember_secrets
 
 UPSTREAMS = Path(__file__).resolve().parent.parent / "mcp" / "upstreams"
 HOSTILE = str(UPSTREAMS / "hostile.py")
@@ -324,6 +324,17 @@ def test_echoed_secrets_are_scrubbed_everywhere():
     time.sleep(0.1)
     assert "starting with token" in session.stderr_tail()
     assert SECRET not in session.stderr_tail()
+
+
+def test_what_the_sdk_logs_of_an_upstream_is_scrubbed(caplog):
+    remember_secrets([SECRET])
+    try:
+        raise ValueError(f"input_value='{SECRET}'")
+    except ValueError:
+        logging.getLogger("mcp.client.streamable_http").exception("Bad JSON: %s", SECRET)
+    (record,) = [r for r in caplog.records if r.name == "mcp.client.streamable_http"]
+    assert record.getMessage() == "Bad JSON: [redacted] (ValueError)"
+    assert record.exc_info is None and SECRET not in caplog.text
 
 
 def test_list_changed_updates_the_time_and_the_listing():

@@ -31,6 +31,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from actions.lib.redaction import filter_text, scrub_text
+
 from .stdio import BoundedStdio, MessageTooLarge, safe_environment
 
 logger = logging.getLogger("actions.connectors.mcp.sessions")
@@ -56,6 +58,35 @@ started = 0
 
 def setting(name: str, default: int) -> int:
     return int(getattr(settings, name, default))
+
+
+class _ScrubSdkLogs(logging.Filter):
+    """The SDK logs what it could not parse or use, and a pydantic error quotes its
+    input: the upstream's bytes, maybe a credential it echoed. Its records are filtered
+    and scrubbed like every upstream text, and lose their tracebacks (the type stays)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record still gets logged, as its template
+            message = str(record.msg)
+        text, _ = scrub_text(filter_text(message, limit=500))
+        if record.exc_info and record.exc_info[0] is not None:
+            text += f" ({record.exc_info[0].__name__})"
+        record.msg, record.args, record.exc_info, record.exc_text = text, None, None, None
+        return True
+
+
+_SDK_LOGGERS = (
+    "client",  # mcp.client.session's
+    "mcp.client.client",
+    "mcp.client.streamable_http",
+    "mcp.shared.dispatcher",
+    "mcp.shared.jsonrpc_dispatcher",
+    "mcp.shared.tool_name_validation",
+)
+for _name in _SDK_LOGGERS:
+    logging.getLogger(_name).addFilter(_ScrubSdkLogs())
 
 
 # --- what callers see --------------------------------------------------------------------
