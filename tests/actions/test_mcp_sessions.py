@@ -469,3 +469,30 @@ def test_an_unreachable_http_server_is_unavailable():
     with pytest.raises(McpUnavailable, match="did not start"):
         session_for("gone", spec).list_tools()
     assert time.monotonic() - started < 5
+
+
+# --- a real stdio server ---------------------------------------------------------------
+
+
+def test_a_real_stdio_server_of_the_2026_era(tmp_path):
+    """The reference git server (the SDK's own server code, both eras over stdio)."""
+    pytest.importorskip("mcp_server_git")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.txt").write_text("hi\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    spec = ServerSpec(
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", "mcp_server_git", "--repository", str(repo)),
+        connect_timeout=30,
+    )
+    session = session_for("git", spec)
+    names = [tool["name"] for tool in session.list_tools()]
+    assert "git_status" in names and "git_commit" in names
+    assert session.protocol_version == "2026-07-28"
+    status = session.call_tool("git_status", {"repo_path": str(repo)})
+    assert not status.is_error and "nothing to commit" in status.text
