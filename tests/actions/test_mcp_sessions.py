@@ -290,6 +290,14 @@ def test_a_notification_flood_drops_the_session():
         flood.call_tool("echo", {})
 
 
+def test_a_flood_of_answers_nobody_asked_for_drops_the_session():
+    calm = session_for("calm", stdio("answer-flood", env={"FLOOD_COUNT": "500"}))
+    assert calm.call_tool("add", {"a": 1, "b": 1}).structured == {"sum": 2}
+    flood = session_for("flood", stdio("answer-flood"))
+    with pytest.raises(McpProtocolError, match="answers nobody asked for"):
+        flood.call_tool("echo", {})
+
+
 def test_sampling_elicitation_and_roots_are_refused_and_the_call_answered(caplog):
     caplog.set_level(logging.WARNING, logger="actions.connectors.mcp.sessions")
     session = session_for("asks", stdio("sampling"))

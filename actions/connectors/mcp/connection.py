@@ -170,6 +170,28 @@ class _CappedTransport(httpx2.AsyncHTTPTransport):
         return response
 
 
+class _CountingWrite:
+    """The write stream, counting the requests that leave (an answer nobody asked for
+    is told apart by the count)."""
+
+    def __init__(self, inner, conn: _Connection) -> None:
+        self._inner, self._conn = inner, conn
+
+    async def send(self, item: SessionMessage) -> None:
+        if isinstance(item.message, types.JSONRPCRequest):
+            self._conn.requests_sent += 1
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self._inner.aclose()
+
+
 class _Guarded:
     """A transport between another and the SDK, every message passing ``conn.pump``."""
 
@@ -184,7 +206,7 @@ class _Guarded:
         group = await self._stack.enter_async_context(anyio.create_task_group())
         group.start_soon(self._conn.pump, read, send)
         self._stack.callback(group.cancel_scope.cancel)
-        return receive, write
+        return receive, _CountingWrite(write, self._conn)
 
     async def __aexit__(self, *exc_info) -> bool | None:
         return await self._stack.__aexit__(*exc_info)
@@ -230,6 +252,7 @@ class _Connection:
         self.ended = False
         self.problem = ""  # why the server was dropped for misbehaving
         self.invalid = self.unsolicited = 0
+        self.requests_sent = self.answers = 0
         self.refused: set[str] = set()
         self.tools_changed_at = 0.0
         self.tools: list[dict] | None = None
@@ -275,6 +298,11 @@ class _Connection:
                         continue
                     if isinstance(message, types.JSONRPCRequest):
                         self._note_request(message.method)
+                    else:
+                        self.answers += 1
+                        if self.answers > self.requests_sent + MAX_UNSOLICITED_MESSAGES:
+                            self._drop("the MCP server sent too many answers nobody asked for")
+                            return
                     await send.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass

@@ -29,6 +29,8 @@ Modes (argv[1]):
   answering normally.
 - ``notification-flood``: before answering ``tools/call``, sends ``FLOOD_COUNT``
   (default 20000) ``notifications/message``.
+- ``answer-flood``: before answering ``tools/call``, sends ``FLOOD_COUNT`` (default
+  20000) answers to requests nobody sent.
 - ``sampling``: before answering ``tools/call``, asks the client for
   ``sampling/createMessage``, ``elicitation/create`` and ``roots/list``, waits for the
   three answers, then answers the call with text ``refused: <code>,<code>,<code>``
@@ -209,6 +211,12 @@ def call_tool(request_id, params: dict) -> None:
         with _out:
             for _ in range(int(os.environ.get("FLOOD_COUNT", "20000"))):
                 sys.stdout.buffer.write(line + b"\n")
+            sys.stdout.buffer.flush()
+    if MODE == "answer-flood":
+        with _out:
+            for n in range(int(os.environ.get("FLOOD_COUNT", "20000"))):
+                answer = {"jsonrpc": "2.0", "id": f"nobody-{n}", "result": {}}
+                sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
             sys.stdout.buffer.flush()
     if MODE == "list-changed" and state["calls"] == 1:
         state["echo_description"] = "Echo, version 2"
