@@ -29,7 +29,8 @@ from actions.connectors.mcp.sessions import (
     processes_started,
     session_for,
 )
-from actions.lib.redaction import forget_secrets
+from actions.lib.redaction import forget_secrets, remember_secrets
+from tests.mcp.upstreams.servers import require_git_server
 
 UPSTREAMS = Path(__file__).resolve().parent.parent / "mcp" / "upstreams"
 HOSTILE = str(UPSTREAMS / "hostile.py")
@@ -57,6 +58,16 @@ def stdio(mode: str, *, env: dict[str, str] | None = None, **kw) -> ServerSpec:
 def alive(pid: int) -> bool:
     """Is ``pid`` a live process (a zombie counts: it was never reaped)?"""
     return Path(f"/proc/{pid}").exists()
+
+
+def running(pid: int) -> bool:
+    """Is ``pid`` running (not a zombie)? For a process that is not this one's child:
+    only its own parent, or init, can reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
 
 
 def pids(path: Path) -> list[int]:
@@ -119,6 +130,22 @@ def test_tools_are_listed_page_by_page_and_notes_kept(tmp_path):
     assert session.call_tool("write_note", {"text": "second"}).text == "first"
     assert note.read_text() == "second"
     assert session.call_tool("read_note", {}).structured == {"text": "second"}
+
+
+def test_descriptions_are_capped():
+    session = session_for("long", stdio("ok", env={"LONG_DESCRIPTION": "50000"}))
+    description = session.list_tools()[0]["description"]
+    assert len(description) == sessions.MAX_DESCRIPTION_CHARS + 1 and description.endswith("…")
+
+
+def test_a_session_handed_out_before_pool_clear_is_closed_for_good(tmp_path):
+    pid_file = tmp_path / "pids"
+    session = session_for("kept", stdio("ok", env={"PID_FILE": str(pid_file)}))
+    session.call_tool("echo", {})
+    pool_clear()
+    with pytest.raises(McpUnavailable, match="ask session_for for a new one"):
+        session.call_tool("echo", {})
+    assert len(pids(pid_file)) == 1 and wait_gone(pids(pid_file)) == []
 
 
 def test_concurrent_callers_share_at_most_the_pool_size(settings):
@@ -264,6 +291,14 @@ def test_a_notification_flood_drops_the_session():
         flood.call_tool("echo", {})
 
 
+def test_a_flood_of_answers_nobody_asked_for_drops_the_session():
+    calm = session_for("calm", stdio("answer-flood", env={"FLOOD_COUNT": "500"}))
+    assert calm.call_tool("add", {"a": 1, "b": 1}).structured == {"sum": 2}
+    flood = session_for("flood", stdio("answer-flood"))
+    with pytest.raises(McpProtocolError, match="answers nobody asked for"):
+        flood.call_tool("echo", {})
+
+
 def test_sampling_elicitation_and_roots_are_refused_and_the_call_answered(caplog):
     caplog.set_level(logging.WARNING, logger="actions.connectors.mcp.sessions")
     session = session_for("asks", stdio("sampling"))
@@ -300,6 +335,17 @@ def test_echoed_secrets_are_scrubbed_everywhere():
     assert SECRET not in session.stderr_tail()
 
 
+def test_what_the_sdk_logs_of_an_upstream_is_scrubbed(caplog):
+    remember_secrets([SECRET])
+    try:
+        raise ValueError(f"input_value='{SECRET}'")
+    except ValueError:
+        logging.getLogger("mcp.client.streamable_http").exception("Bad JSON: %s", SECRET)
+    (record,) = [r for r in caplog.records if r.name == "mcp.client.streamable_http"]
+    assert record.getMessage() == "Bad JSON: [redacted] (ValueError)"
+    assert record.exc_info is None and SECRET not in caplog.text
+
+
 def test_list_changed_updates_the_time_and_the_listing():
     session = session_for("changes", stdio("list-changed"))
     assert session.list_tools()[0]["description"] == "Echo the arguments back"
@@ -324,6 +370,19 @@ def test_pool_clear_leaves_no_server_process(tmp_path):
     assert len(started) == 4 and all(alive(pid) for pid in started)
     pool_clear()
     assert wait_gone(started, timeout=1.0) == []
+
+
+def test_what_a_server_started_goes_with_it(tmp_path):
+    grandchildren = tmp_path / "grandchildren"
+    session = session_for("family", stdio("ok", env={"GRANDCHILD_PID_FILE": str(grandchildren)}))
+    session.call_tool("echo", {})
+    (sleeper,) = pids(grandchildren)
+    assert running(sleeper)
+    pool_clear()
+    deadline = time.monotonic() + 3
+    while running(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(sleeper)
 
 
 def test_a_forked_child_gets_a_fresh_pool(tmp_path):
@@ -419,3 +478,30 @@ def test_an_unreachable_http_server_is_unavailable():
     with pytest.raises(McpUnavailable, match="did not start"):
         session_for("gone", spec).list_tools()
     assert time.monotonic() - started < 5
+
+
+# --- a real stdio server ---------------------------------------------------------------
+
+
+def test_a_real_stdio_server_of_the_2026_era(tmp_path):
+    """The reference git server (the SDK's own server code, both eras over stdio)."""
+    require_git_server()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.txt").write_text("hi\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    spec = ServerSpec(
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", "mcp_server_git", "--repository", str(repo)),
+        connect_timeout=30,
+    )
+    session = session_for("git", spec)
+    names = [tool["name"] for tool in session.list_tools()]
+    assert "git_status" in names and "git_commit" in names
+    assert session.protocol_version == "2026-07-28"
+    status = session.call_tool("git_status", {"repo_path": str(repo)})
+    assert not status.is_error and "nothing to commit" in status.text

@@ -31,6 +31,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from actions.lib.redaction import filter_text, scrub_text
+
 from .stdio import BoundedStdio, MessageTooLarge, safe_environment
 
 logger = logging.getLogger("actions.connectors.mcp.sessions")
@@ -56,6 +58,35 @@ started = 0
 
 def setting(name: str, default: int) -> int:
     return int(getattr(settings, name, default))
+
+
+class _ScrubSdkLogs(logging.Filter):
+    """The SDK logs what it could not parse or use, and a pydantic error quotes its
+    input: the upstream's bytes, maybe a credential it echoed. Its records are filtered
+    and scrubbed like every upstream text, and lose their tracebacks (the type stays)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record still gets logged, as its template
+            message = str(record.msg)
+        text, _ = scrub_text(filter_text(message, limit=500))
+        if record.exc_info and record.exc_info[0] is not None:
+            text += f" ({record.exc_info[0].__name__})"
+        record.msg, record.args, record.exc_info, record.exc_text = text, None, None, None
+        return True
+
+
+_SDK_LOGGERS = (
+    "client",  # mcp.client.session's
+    "mcp.client.client",
+    "mcp.client.streamable_http",
+    "mcp.shared.dispatcher",
+    "mcp.shared.jsonrpc_dispatcher",
+    "mcp.shared.tool_name_validation",
+)
+for _name in _SDK_LOGGERS:
+    logging.getLogger(_name).addFilter(_ScrubSdkLogs())
 
 
 # --- what callers see --------------------------------------------------------------------
@@ -139,6 +170,28 @@ class _CappedTransport(httpx2.AsyncHTTPTransport):
         return response
 
 
+class _CountingWrite:
+    """The write stream, counting the requests that leave (an answer nobody asked for
+    is told apart by the count)."""
+
+    def __init__(self, inner, conn: _Connection) -> None:
+        self._inner, self._conn = inner, conn
+
+    async def send(self, item: SessionMessage) -> None:
+        if isinstance(item.message, types.JSONRPCRequest):
+            self._conn.requests_sent += 1
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self._inner.aclose()
+
+
 class _Guarded:
     """A transport between another and the SDK, every message passing ``conn.pump``."""
 
@@ -153,7 +206,7 @@ class _Guarded:
         group = await self._stack.enter_async_context(anyio.create_task_group())
         group.start_soon(self._conn.pump, read, send)
         self._stack.callback(group.cancel_scope.cancel)
-        return receive, write
+        return receive, _CountingWrite(write, self._conn)
 
     async def __aexit__(self, *exc_info) -> bool | None:
         return await self._stack.__aexit__(*exc_info)
@@ -199,6 +252,7 @@ class _Connection:
         self.ended = False
         self.problem = ""  # why the server was dropped for misbehaving
         self.invalid = self.unsolicited = 0
+        self.requests_sent = self.answers = 0
         self.refused: set[str] = set()
         self.tools_changed_at = 0.0
         self.tools: list[dict] | None = None
@@ -244,6 +298,11 @@ class _Connection:
                         continue
                     if isinstance(message, types.JSONRPCRequest):
                         self._note_request(message.method)
+                    else:
+                        self.answers += 1
+                        if self.answers > self.requests_sent + MAX_UNSOLICITED_MESSAGES:
+                            self._drop("the MCP server sent too many answers nobody asked for")
+                            return
                     await send.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass

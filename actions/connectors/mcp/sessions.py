@@ -18,6 +18,18 @@ left (``sent``), which is what decides between "failed" and "unknown" for a writ
 
 A forked child (a Celery prefork worker) gets a fresh loop and an empty pool; its
 parent's sessions are forgotten without touching their pipes.
+
+Use::
+
+    spec = ServerSpec(transport="stdio", command="mcp-server-git", args=("--repository", path),
+                      env=(("GIT_TOKEN", token),), secrets=(token,))
+    session = session_for((connector.pk, "write"), spec)
+    tools = session.list_tools()            # cached until the server says they changed
+    result = session.call_tool("git_commit", {"message": "…"}, timeout=20)
+
+``call_tool`` returns a ``ToolResult`` (a JSON-RPC error answer is one too, with
+``error_code``) or raises ``McpUnavailable`` (nothing sent), ``McpCallLost`` (sent, no
+answer) or ``McpProtocolError`` (``sent`` says which).
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import copy
 import json
 import logging
 import os
@@ -84,13 +97,17 @@ _WAIT_MARGIN = 5.0
 
 @dataclass
 class ToolResult:
+    """A tools/call answer as Countersign keeps it: the whole received result was at most
+    COUNTERSIGN_MCP_MAX_RESULT_BYTES, and every part is scrubbed of the credentials this
+    process holds."""
+
     is_error: bool
-    structured: Any | None
-    text: str
-    content: list[dict]
-    raw: bytes
+    structured: Any | None  # structuredContent, if any
+    text: str  # the text content items joined with "\n"
+    content: list[dict]  # non-text items summarised as {"type": ..., "omitted": True}
+    raw: bytes  # canonical JSON of {"isError", "content", "structuredContent"} as received
     elapsed_ms: int
-    secret_echoed: bool
+    secret_echoed: bool  # something read back repeated a credential
     # The JSON-RPC error code when the server answered tools/call with an error instead
     # of a result (then ``is_error`` is True and ``text`` is its scrubbed message).
     error_code: int | None = None
@@ -167,7 +184,9 @@ class Session:
         self._last_stdio: BoundedStdio | None = None
         self._pid = os.getpid()
         self._changed_at = 0.0
+        self._starts = 0
         self._retired = False
+        self._count_lock = threading.Lock()
         self.inflight = 0
 
     # -- state --
@@ -176,6 +195,7 @@ class Session:
         if conn is None or self._pid != os.getpid():
             return None
         if conn.ended or conn.done.is_set():
+            self._changed_at = max(self._changed_at, conn.tools_changed_at)
             self._conn = None
             return None
         return conn
@@ -207,13 +227,17 @@ class Session:
         stdio = self._last_stdio
         if stdio is None:
             return ""
+        remember_secrets(self.spec.secrets)
         text, _ = scrub_text(stdio.stderr_tail().decode("utf-8", "replace"))
         return filter_text(text, secrets=list(self.spec.secrets), limit=STDERR_TAIL_BYTES)
 
     def _ensure(self) -> _Connection:
         with self._lock:
             if self._retired:
-                raise McpUnavailable("the MCP server's settings changed; ask for a new session")
+                raise McpUnavailable(
+                    "this MCP session was closed (its settings changed, or the pool was "
+                    "cleared); ask session_for for a new one"
+                )
             conn = self._live()
             if conn is not None:
                 return conn
@@ -223,8 +247,8 @@ class Session:
                     f"the MCP server failed {self._backoff.failures} time(s) in a row; "
                     f"it is started again in {wait:.1f} s"
                 )
-            previous = self._conn is not None or self._last_stdio is not None
             conn = _Connection(self.spec, self._on_end)
+            self._starts += 1
             try:
                 _run(conn.start(), self.spec.connect_timeout + _WAIT_MARGIN + 8.0)
             except McpUnavailable:
@@ -235,30 +259,30 @@ class Session:
                 self._backoff.failed()
                 raise McpUnavailable("the MCP server did not start in time") from None
             self._last_stdio = conn.stdio
-            if previous:
+            if self._starts > 1:
                 # A restarted server may list other tools: whoever pinned them re-checks.
                 self._changed_at = time.monotonic()
             self._conn = conn
             return conn
 
-    def _request(self, method: str, timeout: float, **kwargs: Any):
-        conn = self._ensure()
-        self.inflight += 1
-        conn.inflight += 1
+    def _count(self, conn: _Connection, step: int) -> None:
+        with self._count_lock:
+            self.inflight += step
+            conn.inflight += step
+
+    def _request(self, conn: _Connection, method: str, timeout: float, **kwargs: Any):
+        self._count(conn, 1)
         try:
             return _run(conn.request(method, timeout, **kwargs), timeout + _WAIT_MARGIN)
         except concurrent.futures.TimeoutError:
             raise McpCallLost(f"the MCP server did not answer {method} in time") from None
         finally:
-            conn.inflight -= 1
-            self.inflight -= 1
+            self._count(conn, -1)
             if self._retired and self.inflight == 0:
                 self.close()
 
-    def _succeeded(self) -> None:
-        conn = self._conn
-        if conn is not None:
-            conn.served = True
+    def _succeeded(self, conn: _Connection) -> None:
+        conn.served = True
         self._backoff.succeeded()
 
     # -- calls --
@@ -266,12 +290,13 @@ class Session:
         """Call one tool; raises McpUnavailable, McpCallLost or McpProtocolError."""
         timeout = timeout if timeout is not None else self.spec.call_timeout
         started = time.monotonic()
+        conn = self._ensure()
         try:
-            result = self._request("tools/call", timeout, name=name, arguments=arguments)
+            result = self._request(conn, "tools/call", timeout, name=name, arguments=arguments)
         except MCPError as exc:
-            self._succeeded()
+            self._succeeded(conn)
             return self._refusal(exc, started)
-        self._succeeded()
+        self._succeeded(conn)
         return _tool_result(result, int((time.monotonic() - started) * 1000), self.spec)
 
     def _refusal(self, exc: MCPError, started: float) -> ToolResult:
@@ -293,13 +318,13 @@ class Session:
         """Every tool the server lists (bounded), cached until it says the list changed."""
         conn = self._ensure()
         if conn.tools is not None:
-            return [dict(tool) for tool in conn.tools]
+            return copy.deepcopy(conn.tools)
         seen_change = conn.tools_changed_at
         tools: list[dict] = []
         cursor = None
         for _ in range(MAX_TOOL_PAGES):
             try:
-                page = self._request("tools/list", self.spec.call_timeout, cursor=cursor)
+                page = self._request(conn, "tools/list", self.spec.call_timeout, cursor=cursor)
             except MCPError as exc:
                 raise McpProtocolError(
                     f"the MCP server refused tools/list (JSON-RPC error {exc.code})", sent=True
@@ -308,20 +333,22 @@ class Session:
             cursor = page.next_cursor
             if not cursor or len(tools) >= MAX_TOOLS:
                 break
-        self._succeeded()
+        self._succeeded(conn)
         tools = tools[:MAX_TOOLS]
         if conn.tools_changed_at == seen_change:
             conn.tools = tools
-        return [dict(tool) for tool in tools]
+        return copy.deepcopy(tools)
 
-    def close(self) -> None:
+    def _detach(self) -> _Connection | None:
         with self._lock:
             conn, self._conn = self._conn, None
-        if conn is not None and self._pid == os.getpid() and not conn.ended:
-            try:
-                _run(conn.close(), 15.0)
-            except concurrent.futures.TimeoutError:
-                logger.warning("An MCP server session did not close in time")
+        if conn is None or self._pid != os.getpid() or conn.ended:
+            return None
+        return conn
+
+    def close(self) -> None:
+        """Close the session and stop its server (it starts again on the next call)."""
+        _close_all([self._detach()])
 
     def _retire(self) -> None:
         self._retired = True
@@ -329,23 +356,25 @@ class Session:
             self.close()
 
 
-def _capped(value: Any) -> Any:
-    return (
-        value[:MAX_DESCRIPTION_CHARS] + "…"
-        if isinstance(value, str) and len(value) > MAX_DESCRIPTION_CHARS
-        else value
-    )
+def _capped(value: Any, key: str = "") -> Any:
+    """``value`` with every description and title (the tool's own, and those inside its
+    schemas) cut to MAX_DESCRIPTION_CHARS: they are read by people and models alike."""
+    if isinstance(value, str):
+        if key in ("description", "title") and len(value) > MAX_DESCRIPTION_CHARS:
+            return value[:MAX_DESCRIPTION_CHARS] + "…"
+        return value
+    if isinstance(value, dict):
+        return {name: _capped(item, name) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_capped(item) for item in value]
+    return value
 
 
 def _tool_dict(tool: types.Tool, spec: ServerSpec) -> dict:
     data = tool.model_dump(by_alias=True, mode="json", exclude_none=True)
     keep = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
-    out = {key: data[key] for key in keep if key in data}
-    for key in ("title", "description"):
-        if key in out:
-            out[key] = _capped(out[key])
     remember_secrets(spec.secrets)
-    scrubbed, _ = scrub_value(out)
+    scrubbed, _ = scrub_value(_capped({key: data[key] for key in keep if key in data}))
     return scrubbed
 
 
@@ -429,14 +458,31 @@ def session_for(key: Hashable, spec: ServerSpec) -> Session:
     return slot
 
 
+def _close_all(conns: list[_Connection | None]) -> None:
+    """Close connections at once (each stop is bounded; they run side by side)."""
+    live = [conn for conn in conns if conn is not None]
+    if not live:
+        return
+
+    async def close() -> None:
+        await asyncio.gather(*(conn.close() for conn in live))
+
+    try:
+        _run(close(), 15.0)
+    except concurrent.futures.TimeoutError:
+        logger.warning("MCP server sessions did not close in time")
+
+
 def pool_clear() -> None:
-    """Close every pooled session and stop its server (the tests, between upstreams)."""
+    """Close every pooled session and stop its server (the tests, between upstreams).
+    A session handed out before is closed for good: using it raises McpUnavailable."""
     with _pool_lock:
         entries = list(_pool.values())
         _pool.clear()
-    for entry in entries:
-        for slot in entry.slots:
-            slot.close()
+    slots = [slot for entry in entries for slot in entry.slots]
+    for slot in slots:
+        slot._retired = True
+    _close_all([slot._detach() for slot in slots])
 
 
 def _forget_after_fork() -> None:

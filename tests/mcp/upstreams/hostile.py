@@ -15,7 +15,8 @@ notifications. Its tools:
   or replace it with ``{"text": ...}`` and return the previous text: a tiny upstream
   whose state a test can check from outside.
 
-``PAGE_SIZE=n`` (environment) serves ``tools/list`` n tools a page (with cursors).
+``PAGE_SIZE=n`` (environment) serves ``tools/list`` n tools a page (with cursors);
+``LONG_DESCRIPTION=n`` makes the ``echo`` tool's description n characters long.
 
 Modes (argv[1]):
 
@@ -28,6 +29,8 @@ Modes (argv[1]):
   answering normally.
 - ``notification-flood``: before answering ``tools/call``, sends ``FLOOD_COUNT``
   (default 20000) ``notifications/message``.
+- ``answer-flood``: before answering ``tools/call``, sends ``FLOOD_COUNT`` (default
+  20000) answers to requests nobody sent.
 - ``sampling``: before answering ``tools/call``, asks the client for
   ``sampling/createMessage``, ``elicitation/create`` and ``roots/list``, waits for the
   three answers, then answers the call with text ``refused: <code>,<code>,<code>``
@@ -45,13 +48,16 @@ Modes (argv[1]):
   before the answer.
 
 Each process writes its pid to ``PID_FILE`` (appending a line) when that is set, so a
-test can check that every server it caused to start is gone.
+test can check that every server it caused to start is gone. With ``GRANDCHILD_PID_FILE``
+set it also starts a process of its own that sleeps for a minute, and writes that one's
+pid there (the test of orphans left behind).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 
@@ -90,6 +96,8 @@ def read() -> dict | None:
 
 def tools() -> list[dict]:
     description = state["echo_description"]
+    if os.environ.get("LONG_DESCRIPTION"):
+        description = "d" * int(os.environ["LONG_DESCRIPTION"])
     if MODE == "echo-secrets":
         description += f" (token {SECRET})"
     listed = [
@@ -204,6 +212,12 @@ def call_tool(request_id, params: dict) -> None:
             for _ in range(int(os.environ.get("FLOOD_COUNT", "20000"))):
                 sys.stdout.buffer.write(line + b"\n")
             sys.stdout.buffer.flush()
+    if MODE == "answer-flood":
+        with _out:
+            for n in range(int(os.environ.get("FLOOD_COUNT", "20000"))):
+                answer = {"jsonrpc": "2.0", "id": f"nobody-{n}", "result": {}}
+                sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+            sys.stdout.buffer.flush()
     if MODE == "list-changed" and state["calls"] == 1:
         state["echo_description"] = "Echo, version 2"
         write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
@@ -239,6 +253,10 @@ def main() -> None:
     if os.environ.get("PID_FILE"):
         with open(os.environ["PID_FILE"], "a") as pids:
             pids.write(f"{os.getpid()}\n")
+    if os.environ.get("GRANDCHILD_PID_FILE"):
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        with open(os.environ["GRANDCHILD_PID_FILE"], "a") as pids:
+            pids.write(f"{sleeper.pid}\n")
     if MODE == "never-starts":
         sys.exit(1)
     if MODE == "stderr-flood":

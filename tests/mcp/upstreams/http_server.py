@@ -17,7 +17,7 @@ import os
 import sys
 
 import uvicorn
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 
 TOKEN = os.environ["MCP_TOKEN"]
 server = MCPServer("countersign-test-upstream")
@@ -36,7 +36,7 @@ def big(size: int) -> str:
 
 
 @server.tool()
-def whoami(ctx: Context) -> str:
+def whoami() -> str:
     """The bearer token the request carried."""
     return f"you sent {TOKEN}"
 
