@@ -1,8 +1,9 @@
 """Outcomes at the plan level against a hostile MCP server (tests/mcp/upstreams/hostile.py):
-an error from the write tool, a write with no answer (hung, or the server gone, with or
-without the change applied) and its reconciliation through the paired read, a no-preview
-call nobody can look up, requests the server makes of us, floods and garbage during the
-write, and a server that does not start at submission or at the worker.
+an error from the write tool (and from the real filesystem server), a write with no
+answer (hung, or the server gone, with or without the change applied) and its
+reconciliation through the paired read, a no-preview call nobody can look up, requests
+the server makes of us, floods and garbage during the write, and a server that does not
+start at submission or at the worker.
 
 Plans are submitted as an agent does (plan_submit or the API), approved by people and
 executed by the worker in this process (``executor_key``); the server is a real stdio
@@ -11,18 +12,27 @@ approval" is counted, not assumed."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 
 import pytest
 
+from actions.catalog import load_catalog
+from actions.connectors.mcp.pins import tools_confirm
+from actions.connectors.mcp.reading import McpReader
 from actions.connectors.mcp.sessions import pool_clear
 from actions.lib.redaction import MAX_STORED_TEXT, forget_secrets
+from actions.models import Connector
+from actions.services import agent_create
 from approvals.models import Attempt, Plan, PlanStatus
+from approvals.services import plan_submit
 from executors.reconciliation import NO_WAY_TO_LOOK, reconcile
 from tests.conftest import WRITE_TOKEN
+from tests.executors.mcp_catalogs import filesystem_catalog
 from tests.executors.mcp_hostile import env_credential, notes_load
+from tests.mcp.upstreams.servers import filesystem_server
 
 pytestmark = pytest.mark.usefixtures("executor_key")
 
@@ -232,3 +242,32 @@ def test_a_server_that_does_not_start_at_the_worker_releases_the_plan_unsent(
     assert run(plan) == PlanStatus.COMPLETED
     assert settled(plan).verified is True
     assert len(notes.calls("write_note")) == 1
+
+
+# --- the real filesystem server -----------------------------------------------------------
+
+
+def test_the_real_filesystem_servers_error_is_rejected_and_kept_filtered(
+    db, tmp_path, approve, run
+):
+    """write_file into a directory that does not exist: the paired read finds no file
+    (ENOENT: a create), the write answers isError with the server's own words."""
+    server = filesystem_server(tmp_path)
+    load_catalog(json.dumps(filesystem_catalog(server.command, server.args)))
+    connector = Connector.objects.get(name="files")
+    with McpReader(connector) as reader:
+        tools_confirm(connector, reader.tools(), names=None, actor="admin")
+    agent, _ = agent_create(name="writer", action_names=["fs_create"], active=True)
+    path = str(tmp_path / "missing" / "new.txt")
+    plan, _ = plan_submit(
+        agent=agent, action_name="fs_create", input={"path": path, "content": "x\n"}, reason=""
+    )
+    assert plan.before is None and plan.precondition["kind"] == "absent"
+    assert run(approve(plan)) == PlanStatus.REJECTED
+    plan = settled(plan)
+    assert plan.outcome_detail == (
+        "the tool write_file reported an error; nothing is known to have changed"
+    )
+    attempt = Attempt.objects.get(plan=plan)
+    assert attempt.sends == 1 and "ENOENT" in attempt.response_body
+    assert not (tmp_path / "missing").exists()
