@@ -38,6 +38,10 @@ from .vault import open_write_secret
 log = logging.getLogger(__name__)
 
 RECONCILE_DELAYS = (2.0, 10.0, 60.0, 300.0, 1800.0)
+# What a look finds when the action gives it nothing to ask (no read of the target, no
+# status request, no idempotency key): looking again cannot find more, so none is
+# scheduled and the plan waits for a person at once.
+NO_WAY_TO_LOOK = "no way to look the outcome up: a person must check"
 # The first status request of accepted work; then 1 s, 2 s, 4 s... up to a minute.
 FIRST_FOLLOW_SECONDS = 1.0
 
@@ -163,6 +167,8 @@ def reconcile(*, plan_id, actor: str = EXECUTOR) -> str:
             audit_record(kind="reconcile.inconclusive", actor=actor, plan=plan, data=finding)
             # Look again later, a few times, then leave it to a person.
             delay = RECONCILE_DELAYS[checks] if checks < len(RECONCILE_DELAYS) else None
+            if finding.get("verdict") == NO_WAY_TO_LOOK:
+                delay = None
             Plan.objects.filter(pk=plan.pk, status=PlanStatus.UNKNOWN).update(
                 next_check_at=due(now, delay)
             )
@@ -355,4 +361,4 @@ def _reconcile_invoke(plan: Plan, attempt: Attempt | None) -> tuple[str | None, 
                 "upstream_status": response.status,
             }
         return None, {"verdict": f"the same key was answered {response.status}"}
-    return None, {"verdict": "no way to look the outcome up: a person must check"}
+    return None, {"verdict": NO_WAY_TO_LOOK}

@@ -238,6 +238,9 @@ def _send(claim: Claim, auth, found: dict[str, Any]) -> Sent:
     except _Done:
         writer.close()
         raise
+    except UpstreamError as exc:  # the kind could not check now; nothing left
+        writer.close()
+        raise _release_unsent(claim, str(exc)) from None
     retries_left = spec.write.max_retries
     sends = 0
     notes: list[str] = []

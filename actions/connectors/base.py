@@ -271,7 +271,9 @@ class ConnectorKind:
 
     def refusal_before_send(self, writer, spec, target: dict[str, Any]) -> str | None:
         """Why the write may not be sent now, checked by the worker once the writer is
-        open and before the fence (None: it may). The plan ends refused, nothing sent."""
+        open and before the fence (None: it may). The plan ends refused, nothing sent.
+        Raises UpstreamError when the upstream cannot be asked now: nothing was sent,
+        and the plan is released to be tried again later."""
         return None
 
     def keys_writes(self, spec) -> bool:

@@ -39,11 +39,14 @@ class McpAnswer:
 
     @classmethod
     def of(cls, result) -> McpAnswer:
+        # What is kept for people (filtered by the core) is the tool's text, its lines as
+        # the server wrote them, so the filter cuts a stack trace's lines and keeps the
+        # rest; the result's one-line JSON would be cut whole. No text: the JSON.
         return cls(
             is_error=result.is_error,
             text=result.text,
             structured=result.structured,
-            body=result.raw,
+            body=result.text.encode("utf-8", "surrogatepass") if result.text else result.raw,
             elapsed_ms=result.elapsed_ms,
             secret_echoed=result.secret_echoed,
         )
@@ -115,14 +118,18 @@ class Writer:
 
     def refusal(self, target: dict[str, Any]) -> str | None:
         """Why the call may not be made now: a tool the plan uses is no longer the one
-        approved, or no longer the one confirmed (None: it may)."""
+        approved, or no longer the one confirmed (None: it may). A server that cannot be
+        asked (it does not start, it fails its tools/list) is no reason to give the plan
+        up: UpstreamError, nothing sent, the worker tries again later."""
         try:
             tools = self.session().list_tools()
             now = pinned_digests(self.connector, self.spec.mcp.tools, tools)
         except (ToolChanged, ToolNotConfirmed) as exc:
             return exc.detail
         except McpError as exc:
-            return f"the MCP server could not be asked for its tools: {exc}"
+            raise UpstreamError(
+                f"the MCP server could not be asked for its tools: {exc}", sent=False
+            ) from None
         approved = target.get("tools") or {}
         for name, digest in now.items():
             if approved.get(name) != digest:
@@ -145,7 +152,9 @@ class Writer:
         except McpUnavailable as exc:
             raise UpstreamError(f"the MCP server could not be reached: {exc}", sent=False) from None
         except McpCallLost as exc:
-            raise UpstreamError(f"no answer came in time: {exc}", sent=True, timeout=True) from None
+            raise UpstreamError(
+                f"the request left but no answer came: {exc}", sent=True, timeout=True
+            ) from None
         except McpError as exc:
             raise UpstreamError(
                 f"the server misbehaved: {exc}", sent=getattr(exc, "sent", True)

@@ -15,8 +15,20 @@ notifications. Its tools:
   or replace it with ``{"text": ...}`` and return the previous text: a tiny upstream
   whose state a test can check from outside.
 
-``PAGE_SIZE=n`` (environment) serves ``tools/list`` n tools a page (with cursors);
-``LONG_DESCRIPTION=n`` makes the ``echo`` tool's description n characters long.
+Environment:
+
+- ``PAGE_SIZE=n`` serves ``tools/list`` n tools a page (with cursors).
+- ``LONG_DESCRIPTION=n`` makes the ``echo`` tool's description n characters long.
+- ``FAULT_TOOL=name``: the mode's misbehaviour at ``tools/call`` (every mode below that
+  acts on a call) applies only to calls of that tool; the others are answered as in
+  ``ok``. So a paired read stays clean while the write misbehaves.
+- ``CALL_LOG=path``: every ``tools/call`` received appends one JSON line (``{"tool",
+  "arguments", "mode"}``, plus ``"refused"`` in ``sampling``) before anything else is
+  done with it: a test counts the calls the server received.
+- ``ECHO_DESCRIPTIONS=1``: every tool's description carries ``SECRET_TOKEN``, whatever
+  the mode (as in ``echo-secrets``).
+- ``REFUSE_START=1``: exits at once (status 1) like ``never-starts``, whatever the mode:
+  a credential's environment can make the server fail to start.
 
 Modes (argv[1]):
 
@@ -33,15 +45,26 @@ Modes (argv[1]):
   20000) answers to requests nobody sent.
 - ``sampling``: before answering ``tools/call``, asks the client for
   ``sampling/createMessage``, ``elicitation/create`` and ``roots/list``, waits for the
-  three answers, then answers the call with text ``refused: <code>,<code>,<code>``
-  (the error codes it got; ``answered`` for a result). It records the capabilities the
-  client advertised at ``initialize`` in the text too (``capabilities: {...}``).
+  three answers, then answers ``echo`` with text ``refused: <code>,<code>,<code>``
+  (the error codes it got; ``answered`` for a result) and the capabilities the client
+  advertised at ``initialize`` (``capabilities: {...}``); any other tool is answered
+  as in ``ok`` (the codes go to ``CALL_LOG``).
 - ``hang``: never answers ``tools/call`` (answers everything else).
 - ``die-on-call``: exits (status 3) when it receives ``tools/call``.
+- ``apply-then-die``: does what ``tools/call`` asks (``write_note`` writes the note),
+  then exits (status 3) without answering: the request left, the change applied, no
+  answer came.
+- ``apply-then-hang``: does what ``tools/call`` asks, then never answers it.
+- ``tool-error``: answers ``tools/call`` with a result ``isError: true`` whose text is
+  hostile: a stack trace, an internal URL, an ``Authorization: Bearer`` header, the
+  value of ``SECRET_TOKEN``, and ``ERROR_PAD`` (default 10000) more characters. Nothing
+  is applied.
+- ``rpc-error``: answers ``tools/call`` with a JSON-RPC error (-32603) whose message is
+  that same hostile text. Nothing is applied.
 - ``never-starts``: exits at once (status 1), before reading anything.
 - ``mute``: reads stdin forever and answers nothing (not even ``initialize``).
-- ``echo-secrets``: puts the value of ``SECRET_TOKEN`` in the ``echo`` tool's
-  description, in every result (text and ``structuredContent``), in the ``fail`` tool's
+- ``echo-secrets``: puts the value of ``SECRET_TOKEN`` in every tool's description,
+  in every result (text and ``structuredContent``), in the ``fail`` tool's
   error message, and on stderr.
 - ``list-changed``: after the first ``tools/call``, changes the ``echo`` tool's
   description to ``"Echo, version 2"`` and sends ``notifications/tools/list_changed``
@@ -63,6 +86,23 @@ import threading
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "ok"
 SECRET = os.environ.get("SECRET_TOKEN", "")
+FAULT_TOOL = os.environ.get("FAULT_TOOL", "")
+# Modes that misbehave only at tools/call (FAULT_TOOL narrows them to one tool).
+CALL_MODES = (
+    "huge-line",
+    "invalid-json",
+    "notification-flood",
+    "answer-flood",
+    "sampling",
+    "hang",
+    "die-on-call",
+    "apply-then-die",
+    "apply-then-hang",
+    "tool-error",
+    "rpc-error",
+    "echo-secrets",
+    "list-changed",
+)
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 state = {"calls": 0, "echo_description": "Echo the arguments back", "capabilities": None}
 _out = threading.Lock()
@@ -95,11 +135,17 @@ def read() -> dict | None:
 
 
 def tools() -> list[dict]:
+    listed = _tools()
+    if MODE == "echo-secrets" or os.environ.get("ECHO_DESCRIPTIONS"):
+        for tool in listed:
+            tool["description"] += f" (token {SECRET})"
+    return listed
+
+
+def _tools() -> list[dict]:
     description = state["echo_description"]
     if os.environ.get("LONG_DESCRIPTION"):
         description = "d" * int(os.environ["LONG_DESCRIPTION"])
-    if MODE == "echo-secrets":
-        description += f" (token {SECRET})"
     listed = [
         {
             "name": "echo",
@@ -154,8 +200,10 @@ def list_tools(request_id, params: dict) -> None:
     result(request_id, page)
 
 
-def text_result(text: str, structured: dict | None = None, is_error: bool = False) -> dict:
-    if MODE == "echo-secrets":
+def text_result(
+    text: str, structured: dict | None = None, is_error: bool = False, mode: str = MODE
+) -> dict:
+    if mode == "echo-secrets":
         text += f" token={SECRET}"
         structured = {**(structured or {}), "token": SECRET}
     value: dict = {"content": [{"type": "text", "text": text}], "isError": is_error}
@@ -185,61 +233,101 @@ def ask_client() -> str:
     return f"refused: {codes}; capabilities: {json.dumps(state['capabilities'], sort_keys=True)}"
 
 
+def hostile_text() -> str:
+    """An error text no one should see raw: a trace, an address, credentials, bulk."""
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/notes/server.py", line 42, in write\n'
+        "PermissionError: cannot write to http://internal.example:9000/notes/1\n"
+        f"Authorization: Bearer abcdef1234567890 token={SECRET or 'none'}\n"
+        "The note could not be written.\n" + "x" * int(os.environ.get("ERROR_PAD", "10000"))
+    )
+
+
+def log_call(name, arguments, mode: str, **more) -> None:
+    if os.environ.get("CALL_LOG"):
+        line = json.dumps({"tool": name, "arguments": arguments, "mode": mode, **more})
+        with open(os.environ["CALL_LOG"], "a") as log:
+            log.write(line + "\n")
+
+
 def call_tool(request_id, params: dict) -> None:
     name = params.get("name")
     arguments = params.get("arguments") or {}
     state["calls"] += 1
-    if MODE == "hang":
+    faulty = MODE in CALL_MODES and (not FAULT_TOOL or name == FAULT_TOOL)
+    mode = MODE if faulty else "ok"
+    if mode != "sampling":
+        log_call(name, arguments, mode)
+    if mode == "hang":
         return
-    if MODE == "die-on-call":
+    if mode == "die-on-call":
         os._exit(3)
-    if MODE == "huge-line":
+    if mode == "huge-line":
         chunk = b"x" * (1024 * 1024)
         for _ in range(int(os.environ.get("HUGE_BYTES", str(32 << 20))) >> 20):
             sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.write(b"\n")
         sys.stdout.buffer.flush()
         return
-    if MODE == "invalid-json":
+    if mode == "invalid-json":
         for n in range(int(os.environ.get("INVALID_LINES", "150"))):
             with _out:
                 sys.stdout.buffer.write(b"{not json %d\n" % n)
         sys.stdout.buffer.flush()
-    if MODE == "notification-flood":
+    if mode == "notification-flood":
         note = {"jsonrpc": "2.0", "method": "notifications/message"}
         line = json.dumps({**note, "params": {"level": "info", "data": "flood"}}).encode()
         with _out:
             for _ in range(int(os.environ.get("FLOOD_COUNT", "20000"))):
                 sys.stdout.buffer.write(line + b"\n")
             sys.stdout.buffer.flush()
-    if MODE == "answer-flood":
+    if mode == "answer-flood":
         with _out:
             for n in range(int(os.environ.get("FLOOD_COUNT", "20000"))):
                 answer = {"jsonrpc": "2.0", "id": f"nobody-{n}", "result": {}}
                 sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
             sys.stdout.buffer.flush()
-    if MODE == "list-changed" and state["calls"] == 1:
+    if mode == "list-changed" and state["calls"] == 1:
         state["echo_description"] = "Echo, version 2"
         write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
-    if MODE == "sampling":
-        result(request_id, text_result(ask_client()))
+    if mode == "tool-error":
+        result(request_id, text_result(hostile_text(), is_error=True, mode=mode))
         return
+    if mode == "rpc-error":
+        error(request_id, -32603, hostile_text())
+        return
+    if mode == "sampling":
+        refused = ask_client()
+        log_call(name, arguments, mode, refused=refused)
+        if name == "echo":
+            result(request_id, text_result(refused))
+            return
+    answer = do_tool(name, arguments, mode)
+    if mode == "apply-then-die":
+        os._exit(3)
+    if mode == "apply-then-hang":
+        return
+    result(request_id, answer) if "error" not in answer else error(request_id, *answer["error"])
+
+
+def do_tool(name, arguments: dict, mode: str) -> dict:
+    """The tool's work; its result (or ``{"error": (code, message)}``)."""
     if name == "echo":
-        result(request_id, text_result(json.dumps(arguments), {"echo": arguments}))
-    elif name == "add":
+        return text_result(json.dumps(arguments), {"echo": arguments}, mode=mode)
+    if name == "add":
         total = int(arguments.get("a", 0)) + int(arguments.get("b", 0))
-        result(request_id, text_result(str(total), {"sum": total}))
-    elif name == "fail":
-        error(request_id, -32000, f"the tool failed (token {SECRET})" if SECRET else "failed")
-    elif name in ("read_note", "write_note") and os.environ.get("NOTE_FILE"):
+        return text_result(str(total), {"sum": total}, mode=mode)
+    if name == "fail":
+        return {"error": (-32000, f"the tool failed (token {SECRET})" if SECRET else "failed")}
+    if name in ("read_note", "write_note") and os.environ.get("NOTE_FILE"):
         path = os.environ["NOTE_FILE"]
         previous = open(path).read() if os.path.exists(path) else ""
         if name == "write_note":
             with open(path, "w") as note:
                 note.write(str(arguments.get("text", "")))
-        result(request_id, text_result(previous, {"text": previous}))
-    else:
-        result(request_id, text_result(f"unknown tool {name}", is_error=True))
+        return text_result(previous, {"text": previous}, mode=mode)
+    return text_result(f"unknown tool {name}", is_error=True, mode=mode)
 
 
 def stderr_flood() -> None:
@@ -257,7 +345,7 @@ def main() -> None:
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         with open(os.environ["GRANDCHILD_PID_FILE"], "a") as pids:
             pids.write(f"{sleeper.pid}\n")
-    if MODE == "never-starts":
+    if MODE == "never-starts" or os.environ.get("REFUSE_START"):
         sys.exit(1)
     if MODE == "stderr-flood":
         threading.Thread(target=stderr_flood, daemon=True).start()
