@@ -119,9 +119,7 @@ def test_the_generated_schema_types_the_demo_actions(demo_policies):
         "time",
     }
     # What changed in a text document (actions/textdiff.py), on every action's context.
-    assert {
-        name: spec["type"] for name, spec in email_context["text"]["attributes"].items()
-    } == {
+    assert {name: spec["type"] for name, spec in email_context["text"]["attributes"].items()} == {
         "is_text": "Boolean",
         "lines_added": "Long",
         "lines_removed": "Long",
