@@ -124,3 +124,23 @@ def test_a_policy_reading_a_text_field_that_does_not_exist_is_refused_at_load():
             "when { context.text.lines_deleted > 1 };",
             actions=ACTIONS,
         )
+
+
+def test_the_docs_example_compiles_and_refuses_what_it_says():
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "policy.md").read_text()
+    section = text.split("### Text documents", 1)[1]
+    block = re.search(r"```cedar\n(.*?)\n```", section, re.DOTALL).group(1)
+    # A file-writing action: a note's shape with no document, as a files connector has.
+    actions = {**ACTIONS, "write_file": ACTIONS["replace_note"]}
+    compiled = policies_compile(enforce=block, actions=actions)
+    before = lines(30)
+    deleting = text_plan(before, "", action="write_file")
+    assert policy_evaluate(deleting, compiled).policies == ("no-big-deletions",)
+    key = text_plan(before, before + "-----BEGIN PRIVATE KEY-----\n", action="write_file")
+    assert policy_evaluate(key, compiled).policies == ("no-secrets-written",)
+    small = text_plan(before, before + "one more line\n", action="write_file")
+    assert policy_evaluate(small, compiled).outcome == REVIEW
