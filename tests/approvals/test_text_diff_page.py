@@ -124,3 +124,21 @@ def test_the_backtest_reads_a_stored_texts_change_as_the_submission_did(make_pla
     assert (
         report["totals"]["evaluation_errors"] if "evaluation_errors" in report["totals"] else True
     )
+
+
+def test_the_api_gives_a_text_plans_line_counts_and_nothing_for_json(make_plan, agent_token):
+    from django.test import Client
+
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {agent_token}")
+    text = as_text(note_plan(make_plan), "a\nb\nc\n", "a\nB\nc\nd\n")
+    preview = api.get(f"/api/v1/plans/{text.id}").json()["preview"]
+    assert preview["text"] == {"lines_added": 2, "lines_removed": 1, "too_long": False}
+    record = note_plan(make_plan, 2)
+    assert api.get(f"/api/v1/plans/{record.id}").json()["preview"].get("text") is None
+    document = api.get("/api/v1/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    assert set(schemas["TextChangeOut"]["properties"]) == {
+        "lines_added",
+        "lines_removed",
+        "too_long",
+    }
