@@ -15,7 +15,7 @@ Everything here is bounded, because both texts come from an upstream or an agent
   budget: a region that has no such anchor, or that is left when the budget is spent, is
   shown as wholly removed then added. Still a true diff (applying it gives ``after``),
   sometimes not the shortest one, and never quadratic (difflib's SequenceMatcher is, on
-  repetitive input, so it only gets small regions);
+  repetitive input, so it only gets small regions, up to a total of cells);
 * at most ``MAX_SHOWN_LINES`` rows are shown, and each line is cut at ``MAX_LINE_CHARS``.
 
 What is shown is made honest: invisible and bidirectional control characters are written
@@ -51,8 +51,11 @@ MAX_SHOWN_LINES = 2_000
 MAX_LINE_CHARS = 1_000
 # The added and removed lines policies read (context.text), each at most this in UTF-8.
 MAX_POLICY_TEXT_BYTES = 64 * 1024
-# A region whose sides multiply to at most this is matched by difflib (cheap there).
-SMALL_REGION = 40_000
+# A region whose sides multiply to at most this is matched by difflib, which finds the
+# shortest diff but is slow on few distinct lines; all such regions together at most
+# DIFFLIB_CELLS (well under a second on the worst input found), then they show as replaced.
+SMALL_REGION = 2_500
+DIFFLIB_CELLS = 400_000
 # Lines of work (anchoring, per region) the whole diff may spend, per line compared.
 WORK_PER_LINE = 32
 
@@ -217,7 +220,8 @@ def _unique_anchors(a: list[int], b: list[int]) -> list[tuple[int, int]]:
 
 def _match(a: list[int], b: list[int]) -> list[tuple[str, int, int, int, int]]:
     """Opcodes like difflib's (tag, i1, i2, j1, j2) from ``a`` to ``b``, bounded."""
-    budget = [WORK_PER_LINE * (len(a) + len(b)) + SMALL_REGION]
+    budget = WORK_PER_LINE * (len(a) + len(b)) + SMALL_REGION
+    cells = DIFFLIB_CELLS
     out: list[tuple[str, int, int, int, int]] = []
     # An explicit stack: regions are matched in order, with no recursion depth.
     stack: list[tuple[int, int, int, int]] = [(0, len(a), 0, len(b))]
@@ -235,14 +239,16 @@ def _match(a: list[int], b: list[int]) -> list[tuple[str, int, int, int, int]]:
             out.extend(reversed(tail))
             continue
         size = (a2 - a1) + (b2 - b1)
-        if (a2 - a1) * (b2 - b1) <= SMALL_REGION:
+        product = (a2 - a1) * (b2 - b1)
+        if product <= SMALL_REGION and product <= cells:
+            cells -= product
             matcher = difflib.SequenceMatcher(None, a[a1:a2], b[b1:b2], autojunk=True)
             for tag, i1, i2, j1, j2 in matcher.get_opcodes():
                 out.append((tag, a1 + i1, a1 + i2, b1 + j1, b1 + j2))
             out.extend(reversed(tail))
             continue
-        anchors = _unique_anchors(a[a1:a2], b[b1:b2]) if budget[0] >= size else []
-        budget[0] -= size
+        anchors = _unique_anchors(a[a1:a2], b[b1:b2]) if budget >= size else []
+        budget -= size
         if not anchors:
             out.extend(_changed(a1, a2, b1, b2))
             out.extend(reversed(tail))

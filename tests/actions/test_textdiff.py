@@ -182,6 +182,16 @@ def test_adversarial_repetitive_input_completes():
     rng.shuffle(shuffled)
     diff = line_diff("\n".join(unique), "\n".join(shuffled))
     assert diff.lines_added == diff.lines_removed > 0
+
+    # Unique anchors cutting the text into small regions of few distinct lines: each
+    # region is where a plain SequenceMatcher is slowest.
+    def blocks(period: int) -> str:
+        return "".join(
+            f"anchor {k}\n" + "".join(f"{i % period}\n" for i in range(50)) for k in range(370)
+        )
+
+    diff = line_diff(blocks(2), blocks(3))
+    assert diff.lines_added == diff.lines_removed > 0
     same_char = "x" * MAX_LINES
     assert line_diff("\n".join(same_char), "\n".join(same_char.replace("x", "y", 1))).lines_added
 
@@ -209,3 +219,27 @@ def test_policy_text_is_bounded_and_exact():
     assert policy_text({"a": 1}, {"a": 2})["is_text"] is False
     too_long = policy_text("x\n" * (MAX_LINES + 1), "")
     assert too_long["lines_removed"] == MAX_LINES + 1 and too_long["complete"] is False
+
+
+def test_matching_stays_exact_when_its_budgets_are_spent():
+    """Past the work budgets regions show as replaced: the diff is longer, never wrong."""
+    from actions.textdiff import DIFFLIB_CELLS, _match
+
+    rng = random.Random(5)
+    a = [rng.randrange(3) for _ in range(MAX_LINES)]
+    for k in range(0, MAX_LINES, 40):
+        a[k] = 1000 + k  # unique anchors, so many small regions of three values
+    b = list(a)
+    for _ in range(5000):
+        b[rng.randrange(len(b))] = rng.randrange(3)
+    # 500 regions of about 40 by 40 lines: more than DIFFLIB_CELLS together.
+    assert 500 * 39 * 39 > DIFFLIB_CELLS
+    opcodes = _match(a, b)
+    rebuilt: list[int] = []
+    i_at = j_at = 0
+    for tag, i1, i2, j1, j2 in opcodes:
+        assert (i1, j1) == (i_at, j_at)
+        assert tag != "equal" or a[i1:i2] == b[j1:j2]
+        rebuilt.extend(a[i1:i2] if tag == "equal" else b[j1:j2])
+        i_at, j_at = i2, j2
+    assert (i_at, j_at) == (len(a), len(b)) and rebuilt == b
