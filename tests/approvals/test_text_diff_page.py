@@ -142,3 +142,14 @@ def test_the_api_gives_a_text_plans_line_counts_and_nothing_for_json(make_plan, 
         "lines_removed",
         "too_long",
     }
+
+
+def test_a_revision_shows_how_the_text_moved_since_the_stale_preview(rita, make_plan):
+    original = as_text(note_plan(make_plan, 1), "one\ntwo\nthree\n", "one\n2\nthree\n")
+    Plan.objects.filter(pk=original.pk).update(status="stale")
+    revision = as_text(note_plan(make_plan, 2), "one\ntwo\nthree\nfour\n", "one\n2\nthree\nfour\n")
+    Plan.objects.filter(pk=revision.pk).update(revision_of=original)
+    page = page_of(rita, Plan.objects.get(pk=revision.pk))
+    moved = page.split('data-testid="revision"', 1)[1]
+    assert "What changed in the target since that preview" in moved
+    assert ("added", "", "4", "+") in rows_of(moved)
