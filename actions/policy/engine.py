@@ -13,9 +13,10 @@ A plan is put to Cedar as one request:
   ``lower`` (their text fields lower-cased), ``changed`` (the changed pointers),
   ``deltas`` (pointer → after − before, for the document's numeric fields that
   changed), ``email_domains`` (pointer → the domain of an e-mail field before and
-  after), ``rate`` (``hour``, ``day``: the agent's plans for this action, as the caller
-  counted them) and ``time`` (``hour``, ``minute``, ``weekday`` "mon"…"sun", in
-  COUNTERSIGN_POLICY_TIMEZONE).
+  after), ``text`` (what changed in a text document: lines added and removed, counted
+  and as text, capped; actions/textdiff.py), ``rate`` (``hour``, ``day``: the agent's
+  plans for this action, as the caller counted them) and ``time`` (``hour``,
+  ``minute``, ``weekday`` "mon"…"sun", in COUNTERSIGN_POLICY_TIMEZONE).
 
 Every derived value comes from exactly the value that is written, parsed strictly: an
 e-mail's domain from actions/lib/formats.py's parse (as written, A-Z lower-cased only),

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from ..lib.canonical import canonical_bytes, resolve_pointer
 from ..lib.formats import FormatProblem, email_parse
+from ..textdiff import is_text_document, policy_text
 from .schema import (
     AGENT,
     GROUP,
@@ -134,10 +135,16 @@ def plan_request_checked(
     failures: list[PolicyFailure] = []
     document = types.document or Record()
     context: dict[str, Any] = {"input": types.input.value(dict(facts.input), "/input")}
+    # A text document (a file's content) has no fields: its before and after are empty
+    # records, and what changed in it is context.text.
+    text = (types.has_before or types.has_after) and is_text_document(facts.before, facts.after)
+    if text and types.document is not None:
+        raise Misfit("/before", "the target is a text, not the document the action declares")
     if types.has_before:
-        context["before"] = document.value(facts.before, "/before")
+        context["before"] = document.value({} if text else facts.before, "/before")
     if types.has_after:
-        context["after"] = document.value(facts.after, "/after")
+        context["after"] = document.value({} if text else facts.after, "/after")
+    context["text"] = policy_text(facts.before, facts.after) if text else policy_text(None, None)
     # The text fields lower-cased, from the converted values: exactly what is written.
     lower: dict[str, Any] = {"input": lower_value(types.lower_input, context["input"])}
     for part in ("before", "after"):

@@ -497,6 +497,20 @@ class ActionTypes:
                 ),
                 required=True,
             ),
+            # What changed in a text document (actions/textdiff.py: policy_text).
+            "text": Attribute(
+                Record(
+                    {
+                        "is_text": Attribute(Bool(), True),
+                        "lines_added": Attribute(Long(), True),
+                        "lines_removed": Attribute(Long(), True),
+                        "added": Attribute(String(), True),
+                        "removed": Attribute(String(), True),
+                        "complete": Attribute(Bool(), True),
+                    }
+                ),
+                True,
+            ),
             "rate": Attribute(
                 Record({"hour": Attribute(Long(), True), "day": Attribute(Long(), True)}), True
             ),

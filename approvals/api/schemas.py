@@ -99,12 +99,29 @@ class WriteRequestOut(Schema):
     body: Any = None
 
 
+class TextChangeOut(Schema):
+    lines_added: int
+    lines_removed: int
+    too_long: bool = Field(
+        default=False,
+        description="The texts were too long to compare line by line (over 20,000 lines "
+        "or 2 MiB on a side): every line of before counts as removed, every line of after "
+        "as added.",
+    )
+
+
 class PreviewOut(Schema):
     before: Any = None
     after: Any = None
     changes: list[dict[str, Any]]
     summary_markdown: str
     request: WriteRequestOut
+    text: TextChangeOut | None = Field(
+        default=None,
+        description="For a target that is a text document (before and after strings, or "
+        "one absent): the lines added and removed, as the reviewer's line diff counts "
+        "them. Absent for a JSON document.",
+    )
 
 
 class PreconditionOut(Schema):

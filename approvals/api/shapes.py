@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from actions.models import Action
+from actions.textdiff import is_text_document, line_diff
 
 from ..decisions.policies import MODE as POLICY_MODE
 from ..decisions.policies import policy_decided_by
@@ -131,6 +132,21 @@ def requester_out(requester: dict | None) -> dict[str, Any] | None:
     return {k: requester[k] for k in ("iss", "sub", "groups")}
 
 
+def text_change(plan: Plan) -> dict[str, Any]:
+    """``{"text": {...}}`` with the line counts of a text document's change (the numbers
+    the plan page shows), or nothing for a JSON document."""
+    if plan.kind in ("invoke", "read") or not is_text_document(plan.before, plan.after):
+        return {}
+    diff = line_diff(plan.before, plan.after, context=0)
+    return {
+        "text": {
+            "lines_added": diff.lines_added,
+            "lines_removed": diff.lines_removed,
+            "too_long": diff.too_long,
+        }
+    }
+
+
 def plan_out(plan: Plan) -> dict[str, Any]:
     request = plan.write_request
     outcome = None
@@ -161,6 +177,7 @@ def plan_out(plan: Plan) -> dict[str, Any]:
             "after": plan.after,
             "changes": plan.changes,
             "summary_markdown": plan.summary_markdown,
+            **text_change(plan),
             "request": {
                 "method": request["method"],
                 "path": request["path"],

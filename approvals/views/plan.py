@@ -37,6 +37,7 @@ from actions.lib.exceptions import (
 )
 from actions.preview import diff
 from actions.spec import VERIFIABLE_KINDS
+from actions.textdiff import is_text_document, line_diff
 
 from ..decisions.policies import MODE as POLICY_MODE
 from ..decisions.policies import policy_decided_by
@@ -180,7 +181,10 @@ CHECK_VERDICTS = {
 
 def _change_context(plan: Plan) -> dict[str, Any]:
     """The change as rows: changed fields (before and after) with the untouched ones as
-    context; a create's or delete's whole record; an invoke's message and recipients."""
+    context; a create's or delete's whole record; an invoke's message and recipients; a
+    text document's (a file's content) unified line diff."""
+    if plan.kind not in ("invoke", "read") and is_text_document(plan.before, plan.after):
+        return {"text_diff": line_diff(plan.before, plan.after)}
     if plan.kind == "create":
         return {"record_rows": field_rows(plan.after)}
     if plan.kind == "delete":

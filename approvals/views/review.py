@@ -18,6 +18,7 @@ import nh3
 
 from actions.models import Action
 from actions.text import localized, localized_card, render_label
+from actions.textdiff import is_multiline_change, line_diff
 
 from ..models import Plan
 from .diffs import is_long_text, word_diff
@@ -82,7 +83,9 @@ def change_rows(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "before_empty": c["before"] == "",
             "after_empty": c["after"] == "",
         }
-        if c["op"] == "replace" and is_long_text(c["before"], c["after"]):
+        if c["op"] == "replace" and is_multiline_change(c["before"], c["after"]):
+            row["text_diff"] = line_diff(c["before"], c["after"])
+        elif c["op"] == "replace" and is_long_text(c["before"], c["after"]):
             row["word_diff"] = word_diff(c["before"], c["after"])
         rows.append(row)
     return rows

@@ -114,8 +114,18 @@ def test_the_generated_schema_types_the_demo_actions(demo_policies):
         "changed",
         "deltas",
         "email_domains",
+        "text",
         "rate",
         "time",
+    }
+    # What changed in a text document (actions/textdiff.py), on every action's context.
+    assert {name: spec["type"] for name, spec in email_context["text"]["attributes"].items()} == {
+        "is_text": "Boolean",
+        "lines_added": "Long",
+        "lines_removed": "Long",
+        "added": "String",
+        "removed": "String",
+        "complete": "Boolean",
     }
     # The text fields lower-cased: strings (and sets of them) only, as required as they are.
     lower = email_context["lower"]["attributes"]
