@@ -110,9 +110,13 @@ def filesystem_catalog(command: str, args: list[str]) -> dict[str, Any]:
 
 
 NAME = {"type": "string", "minLength": 1, "maxLength": 100, "pattern": "^[A-Za-z0-9 _.-]+$"}
+# Unique: the memory server dedupes what it adds against what it stores, not within one
+# call, while the preview's append merge repeats no item; the two agree only without
+# repeats in the input.
 OBSERVATIONS = {
     "type": "array",
     "maxItems": 20,
+    "uniqueItems": True,
     "items": {"type": "string", "minLength": 1, "maxLength": 500},
 }
 

@@ -11,6 +11,7 @@ servers speak 2025-11-25: both eras are in use through the same session pool."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -113,10 +114,17 @@ def test_something_else_staged_after_the_preview_ends_stale_with_nothing_committ
     assert git(repo, "diff", "--cached", "--name-only") == "f.txt\ng.txt\n"
 
 
-def test_a_branch_is_created_with_no_preview_and_a_person_decides(agent, repo, approve, run):
+def test_a_branch_is_created_with_no_preview_and_a_person_decides(
+    agent, repo, approve, run, client, reviewer
+):
     plan = submit(agent, "git_branch", repo_path=str(repo), branch_name="feature")
     assert plan.target["preview"]["recipe"] == "none"
     assert plan.target["preview"]["strength"] == "none"
+    client.force_login(reviewer)
+    page = client.get(plan.get_absolute_url()).content.decode()
+    said = re.search(r'<p[^>]*data-testid="preview-recipe"[^>]*>(.*?)</p>', page, re.S)
+    assert said is not None
+    assert " ".join(said.group(1).split()) == "Preview: no preview: the exact call is shown"
     assert plan.before is None
     assert plan.after == {"repo_path": str(repo), "branch_name": "feature"}
     assert plan.precondition["kind"] == "none"

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
+from mcp import Client
+from mcp.client.stdio import stdio_client
 
 from actions.catalog import load_catalog
 from actions.connectors.mcp.pins import tools_confirm
 from actions.connectors.mcp.reading import McpReader
-from actions.connectors.mcp.servers import read_server
-from actions.connectors.mcp.sessions import pool_clear, session_for
+from actions.connectors.mcp.sessions import pool_clear
 from actions.models import Connector
 from actions.services import agent_create
 from approvals.models import Plan, PlanStatus
@@ -60,6 +62,17 @@ def memory(db, memory_file):
     )
     yield agent
     pool_clear()
+
+
+def direct_call(memory_file, tool: str, arguments: dict):
+    """One call by another client of its own (the official SDK's), on the same file."""
+
+    async def call():
+        params = memory_server(memory_file).params()
+        async with Client(stdio_client(params), mode="auto") as client:
+            return await client.call_tool(tool, arguments)
+
+    return anyio.run(call)
 
 
 def submit(agent, action, **input) -> Plan:
@@ -131,19 +144,24 @@ def test_delete_entities_is_verified_by_the_entity_being_gone(memory, memory_fil
     assert graph(memory_file) == []
 
 
+def test_an_observation_twice_in_one_input_is_refused(memory):
+    from actions.lib.exceptions import InvalidInput
+
+    with pytest.raises(InvalidInput):
+        submit(memory, "memory_observe", name="alice", contents=["likes cake", "likes cake"])
+
+
 def test_an_observation_added_by_a_direct_call_after_the_preview_ends_stale(
     memory, memory_file, approve, run
 ):
     plan = approve(submit(memory, "memory_observe", name="alice", contents=["likes cake"]))
     # Someone else's client, straight to the server (not through Countersign).
-    connector = Connector.objects.get(name="memory")
-    other = session_for(("someone else", connector.pk), read_server(connector, None))
-    answer = other.call_tool(
+    answer = direct_call(
+        memory_file,
         "add_observations",
         {"observations": [{"entityName": "alice", "contents": ["likes coffee"]}]},
-        timeout=10,
     )
-    assert not answer.is_error, answer.text
+    assert not answer.is_error
     run(plan)
     plan.refresh_from_db()
     assert plan.status == PlanStatus.STALE, plan.outcome_detail
