@@ -183,3 +183,17 @@ def test_the_node_server_speaks_the_2025_protocol(memory):
     with McpReader(connector) as reader:
         reader.tools()
         assert reader._session().protocol_version == "2025-11-25"
+
+
+def test_an_entity_created_by_someone_else_after_the_preview_ends_stale(
+    memory, memory_file, approve, run
+):
+    plan = approve(
+        submit(memory, "memory_create", name="bob", entityType="person", observations=["mine"])
+    )
+    theirs = {"name": "bob", "entityType": "robot", "observations": ["theirs"]}
+    assert not direct_call(memory_file, "create_entities", {"entities": [theirs]}).is_error
+    run(plan)
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.STALE, plan.outcome_detail
+    assert graph(memory_file) == [ALICE, {"type": "entity", **theirs}]
