@@ -115,6 +115,18 @@ class PreviewOut(Schema):
     after: Any = None
     changes: list[dict[str, Any]]
     summary_markdown: str
+    recipe: Literal["paired_read", "dry_run", "none", "read"] | None = Field(
+        default=None,
+        description="How the preview was made: read (an HTTP read of the target), "
+        "paired_read (an MCP read tool), dry_run (the MCP tool's own dry run) or none (the "
+        "exact call is shown, nothing computed). Null for plans recorded before it was kept.",
+    )
+    strength: Literal["strong", "weak", "none"] | None = Field(
+        default=None,
+        description="How far the preview can be trusted: strong (read by Countersign), weak "
+        "(the server's own promise), none (no preview).",
+    )
+    says: str | None = Field(default=None, description="The recipe in words, as the page says it.")
     request: WriteRequestOut
     text: TextChangeOut | None = Field(
         default=None,

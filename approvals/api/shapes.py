@@ -145,6 +145,34 @@ def text_change(plan: Plan) -> dict[str, Any]:
             "too_long": diff.too_long,
         }
     }
+# How an HTTP plan's preview was made, said as an MCP plan's is (target["preview"]).
+HTTP_RECIPES = {
+    "read": ("strong", "computed from a read of the target"),
+    "none": ("none", "no preview: the exact request is shown"),
+    "observation": ("none", "a read: nothing changes"),
+}
+
+
+def preview_recipe(plan: Plan) -> dict[str, Any]:
+    """How the preview was made: ``recipe``, ``strength`` and what the page says of it.
+    An MCP plan records it when it is proposed; an HTTP plan's is told by its
+    precondition (a version or an absence was read: the preview is a read of the target)."""
+    recorded = (plan.target or {}).get("preview")
+    if isinstance(recorded, dict) and recorded.get("recipe"):
+        return {
+            "recipe": recorded["recipe"],
+            "strength": recorded.get("strength"),
+            "says": recorded.get("says"),
+        }
+    if (plan.target or {}).get("tools") is not None:
+        return {"recipe": None, "strength": None, "says": None}  # an MCP plan from before
+    if plan.kind == "read":
+        recipe, (strength, says) = "read", HTTP_RECIPES["observation"]
+    else:
+        read = (plan.precondition or {}).get("kind") in ("version", "absent")
+        recipe = "read" if read else "none"
+        strength, says = HTTP_RECIPES[recipe]
+    return {"recipe": recipe, "strength": strength, "says": says}
 
 
 def plan_out(plan: Plan) -> dict[str, Any]:
@@ -178,6 +206,7 @@ def plan_out(plan: Plan) -> dict[str, Any]:
             "changes": plan.changes,
             "summary_markdown": plan.summary_markdown,
             **text_change(plan),
+            **preview_recipe(plan),
             "request": {
                 "method": request["method"],
                 "path": request["path"],

@@ -107,3 +107,175 @@ def filesystem_catalog(command: str, args: list[str]) -> dict[str, Any]:
             ),
         },
     }
+
+
+NAME = {"type": "string", "minLength": 1, "maxLength": 100, "pattern": "^[A-Za-z0-9 _.-]+$"}
+# Unique: the memory server dedupes what it adds against what it stores, not within one
+# call, while the preview's append merge repeats no item; the two agree only without
+# repeats in the input.
+OBSERVATIONS = {
+    "type": "array",
+    "maxItems": 20,
+    "uniqueItems": True,
+    "items": {"type": "string", "minLength": 1, "maxLength": 500},
+}
+
+
+def memory_catalog(command: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """The knowledge-graph memory server: one entity per plan. Its write tools take lists
+    (``{"entities": [...]}``); the actions take one entity and build the list. Every write
+    is previewed by ``open_nodes`` on the entity's name: an unknown name answers
+    ``{"entities": [], ...}``, so the pointer ``/entities/0`` finds nothing (absent)."""
+    read = {
+        "tool": "open_nodes",
+        "arguments": {"names": [{"$input": "name"}]},
+        "result": "structured",
+        "pointer": "/entities/0",
+    }
+    return {
+        "version": 1,
+        "connectors": {"memory": {"mcp": {"command": command, "args": args, "env": env}}},
+        "actions": {
+            "memory_create": action(
+                "memory",
+                "create_entities",
+                "create",
+                "reversible",
+                {"name": NAME, "entityType": NAME, "observations": OBSERVATIONS},
+                target="entity {name}",
+                arguments={
+                    "entities": [
+                        {
+                            "name": {"$input": "name"},
+                            "entityType": {"$input": "entityType"},
+                            "observations": {"$input": "observations"},
+                        }
+                    ]
+                },
+                preview={
+                    "recipe": "paired_read",
+                    "read": read,
+                    "document": {
+                        "name": {"$input": "name"},
+                        "entityType": {"$input": "entityType"},
+                        "observations": {"$input": "observations"},
+                    },
+                },
+            ),
+            "memory_observe": action(
+                "memory",
+                "add_observations",
+                "update",
+                "reversible",
+                {"name": NAME, "contents": OBSERVATIONS},
+                target="entity {name}",
+                arguments={
+                    "observations": [
+                        {"entityName": {"$input": "name"}, "contents": {"$input": "contents"}}
+                    ]
+                },
+                preview={
+                    "recipe": "paired_read",
+                    "read": read,
+                    "document": {"observations": {"$input": "contents"}},
+                    "merge": "append",
+                },
+            ),
+            "memory_delete": action(
+                "memory",
+                "delete_entities",
+                "delete",
+                "irreversible",
+                {"name": NAME},
+                target="entity {name}",
+                arguments={"entityNames": [{"$input": "name"}]},
+                preview={"recipe": "paired_read", "read": read},
+            ),
+        },
+    }
+
+
+BRANCH = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 100,
+    "pattern": "^[A-Za-z0-9_][A-Za-z0-9_/-]*$",
+}
+MESSAGE = {"type": "string", "minLength": 1, "maxLength": 2000}
+
+
+def git_catalog(command: str, args: list[str]) -> dict[str, Any]:
+    """The git server, limited to one repository: creating a branch has no preview (the
+    exact call is shown); a commit is previewed by the staged diff, as a delete of what is
+    staged: after it, nothing is staged (``Staged changes:`` and nothing else: absent)."""
+    return {
+        "version": 1,
+        "connectors": {"git": {"mcp": {"command": command, "args": args}}},
+        "actions": {
+            "git_branch": action(
+                "git",
+                "git_create_branch",
+                "invoke",
+                "external",
+                {"repo_path": PATH, "branch_name": BRANCH},
+                target="{repo_path} branch {branch_name}",
+                preview={"recipe": "none"},
+            ),
+            "git_commit": action(
+                "git",
+                "git_commit",
+                "delete",
+                "reversible",
+                {"repo_path": PATH, "message": MESSAGE},
+                target="{repo_path} staged changes",
+                preview={
+                    "recipe": "paired_read",
+                    "read": {
+                        "tool": "git_diff_staged",
+                        "arguments": {"repo_path": {"$input": "repo_path"}},
+                        "result": "text",
+                        "absent_when": {"text_matches": "^Staged changes:\\s*$"},
+                    },
+                },
+            ),
+        },
+    }
+
+
+CITY = {"type": "string", "enum": ["New York", "Chicago", "Los Angeles"]}
+
+
+def everything_catalog(url: str, headers: dict[str, str]) -> dict[str, Any]:
+    """The "everything" reference server over Streamable HTTP: a read
+    (``get-structured-content``, with declared result fields from its structured content;
+    ``echo`` and ``get-sum`` answer plain text, which a result field's pointer cannot
+    reach) and a harmless write with no preview (``toggle-simulated-logging``: it starts
+    or stops log messages to the calling session only)."""
+    return {
+        "version": 1,
+        "connectors": {"everything": {"mcp": {"url": url, "headers": headers}}},
+        "actions": {
+            "ev_weather": action(
+                "everything",
+                "get-structured-content",
+                "read",
+                "observation",
+                {"location": CITY},
+                result={
+                    "temperature": {"type": "number", "pointer": "/temperature"},
+                    "conditions": {"type": "string", "pointer": "/conditions", "max_length": 100},
+                    "humidity": {"type": "number", "pointer": "/humidity"},
+                },
+                card={**CARD, "result": "The weather (temperature, conditions, humidity)."},
+            ),
+            "ev_logging": action(
+                "everything",
+                "toggle-simulated-logging",
+                "invoke",
+                "external",
+                {},
+                required=[],
+                preview={"recipe": "none"},
+            ),
+        },
+    }
