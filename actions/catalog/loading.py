@@ -12,6 +12,7 @@ from django.db import transaction
 
 from actions.lib.audit import audit_record
 
+from ..connectors.mcp.pins import confirm_action_tools
 from ..lib.canonical import digest, normalize
 from ..models import Action, ActionVersion, Connector, DecisionRule
 from ..policy.reviewers import section_rules
@@ -366,4 +367,6 @@ def action_confirm_class(*, name: str, actor: str) -> Action:
                 actor=actor,
                 data={"action": name, "consequence_class": action.consequence_class},
             )
+            # An imported MCP action's tools are pinned to what the import saw.
+            confirm_action_tools(action, actor=actor)
     return action
