@@ -29,10 +29,10 @@ from ..catalog import (
     parse_catalog_text,
     validate_action_definition,
 )
-from ..connectors.mcp.pins import confirm_action_tools
 from ..export import definition_text
 from ..models import Action, ActionVersion, Connector
 from ..openapi import OpenAPIImportError, import_openapi
+from ..toolpins import confirm_action_tools
 from .base import ReadOnlyAdmin
 
 log = logging.getLogger(__name__)

@@ -12,13 +12,13 @@ from django.db import transaction
 
 from actions.lib.audit import audit_record
 
-from ..connectors.mcp.pins import confirm_action_tools
 from ..lib.canonical import digest, normalize
 from ..models import Action, ActionVersion, Connector, DecisionRule
 from ..policy.reviewers import section_rules
 from ..policy.sources import MAX_TEXT_CHARS, PARTS, part_text
 from ..policy.versions import policy_set_replace, policy_version_current
 from ..text import localized
+from ..toolpins import confirm_action_tools
 from .parsing import line_in_text, line_of, parse_catalog_text
 from .problems import CatalogError, CatalogProblem
 from .validation import validate_catalog

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from actions.catalog import action_define, validate_action_definition
-from actions.connectors.mcp.pins import record_seen, tool_digest
-from actions.connectors.mcp.reading import McpReader
+from actions.connectors.registry import kind_of
 from actions.lib.audit import audit_record
 from actions.models import Action, Connector
+from actions.toolpins import record_seen, tool_digest
 
 from .proposal import ToolProposal, propose
 
@@ -52,7 +52,7 @@ def import_mcp(
             f"{connector_name} is not an MCP server (its kind is {connector.kind})"
         )
     try:
-        served = McpReader(connector).tools()
+        served = kind_of(connector).reader(connector).tools()
     except Exception as exc:  # noqa: BLE001 - said to the person, never a traceback
         raise McpImportError(f"the server's tools could not be listed: {exc}") from None
     report = McpImportReport(connector=connector_name, dry_run=dry_run)

@@ -10,15 +10,10 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from actions.connectors.mcp.pins import (
-    ToolChanged,
-    definition_diff,
-    tool_definition,
-    tool_digest,
-    tools_confirm,
-)
+from actions.connectors.mcp.pins import ToolChanged, tools_confirm
 from actions.connectors.mcp.reading import McpReader
 from actions.models import Action, Connector, ToolPin
+from actions.toolpins import definition_diff, tool_definition, tool_digest
 
 
 class Command(BaseCommand):
