@@ -16,7 +16,7 @@ from actions.lib.audit import audit_record
 from actions.models import Action, Connector
 from actions.toolpins import record_seen, tool_digest
 
-from .proposal import ToolProposal, propose
+from .proposal import UNPRINTABLE, ToolProposal, propose
 
 __all__ = ["McpImportError", "McpImportReport", "ToolProposal", "import_mcp", "render_report"]
 
@@ -140,4 +140,4 @@ def render_report(report: McpImportReport) -> str:
             "confirms its class (which also confirms the tool definitions seen here) and "
             "enables it."
         )
-    return "\n".join(lines)
+    return UNPRINTABLE.sub("?", "\n".join(lines))

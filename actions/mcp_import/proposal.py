@@ -35,6 +35,9 @@ SCALARS = ("string", "integer", "number", "boolean")
 DRY_RUN_ARGUMENTS = {"dryRun": True, "dry_run": True, "dryrun": True, "confirmar": False}
 ORDER = ("observation", "reversible", "external", "irreversible")
 _ID_NAME = re.compile(r"(^id$|_id$|Id$)")
+# Control characters (C0 but newline, DEL, C1) and bidi controls: a tool's title, a
+# name or a refusal quoting its schema must not drive a terminal or reorder the text.
+UNPRINTABLE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 IDENTIFIER_PATTERN = "^[A-Za-z0-9_.:@/-]{1,200}$"
 
 
@@ -220,8 +223,10 @@ def propose(connector: str, tool: dict[str, Any], served: list[dict[str, Any]]) 
     read_only, destructive, open_world, said = hints(tool)
     proposal.why.append("hints: " + ", ".join(said))
     schema = strict_schema(tool.get("inputSchema"), proposal)
-    title = filter_text(str(tool.get("title") or name), limit=190)
-    description = filter_text(str(tool.get("description") or ""), limit=MAX_DESCRIPTION - 20)
+    title = UNPRINTABLE.sub(" ", filter_text(str(tool.get("title") or name), limit=190))
+    description = UNPRINTABLE.sub(
+        " ", filter_text(str(tool.get("description") or ""), limit=MAX_DESCRIPTION - 20)
+    )
     definition: dict[str, Any] = {
         "title": title or name,
         "connector": connector,

@@ -147,10 +147,16 @@ def test_a_plan_approved_before_the_change_is_refused_at_the_worker(notes, appro
     assert files["note"].read_text() == "second\n"
 
 
-def test_after_an_admin_confirms_the_difference_new_plans_pass(notes, approve, run):
+def test_after_an_admin_confirms_the_difference_new_plans_pass(notes, approve, run, monkeypatch):
     agent, _, files = notes
     old = approve(submit(agent, "old\n"))
     change_server(files)
+    monkeypatch.setattr(sys, "stdin", StringIO("n\n"))
+    declined = StringIO()
+    call_command("confirm_tools", "notes", stdout=declined)
+    assert "nothing confirmed" in declined.getvalue()
+    kept = ToolPin.objects.get(connector__name="notes", tool="write_note")
+    assert kept.definition["description"] != RUG_PULL and kept.confirmed_by == "admin"
     out = StringIO()
     call_command("confirm_tools", "notes", "--yes", "--actor", "ada", stdout=out)
     text = out.getvalue()

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from actions.connectors.mcp.pins import ToolChanged, tools_confirm
 from actions.connectors.mcp.reading import McpReader
+from actions.mcp_import.proposal import UNPRINTABLE
 from actions.models import Action, Connector, ToolPin
 from actions.toolpins import definition_diff, tool_definition, tool_digest
 
@@ -46,11 +47,12 @@ class Command(BaseCommand):
             if name not in by_name:
                 raise CommandError(f"the server of {connector} offers no tool {name}")
             pin = pins.get(name)
+            shown = UNPRINTABLE.sub("?", name)
             if pin is not None and pin.digest == tool_digest(by_name[name]):
-                self.stdout.write(f"{name}: unchanged")
+                self.stdout.write(f"{shown}: unchanged")
                 continue
             changed.append(name)
-            self.stdout.write(f"{name}: {'changed' if pin and pin.digest else 'not confirmed'}")
+            self.stdout.write(f"{shown}: {'changed' if pin and pin.digest else 'not confirmed'}")
             diff = definition_diff(pin.definition if pin else None, tool_definition(by_name[name]))
             self.stdout.write(diff)
         if not changed:
@@ -63,7 +65,7 @@ class Command(BaseCommand):
             done = tools_confirm(conn, served, names=changed, actor=actor)
         except ToolChanged as exc:
             raise CommandError(exc.detail) from None
-        self.stdout.write(f"confirmed: {', '.join(done) or 'nothing'}")
+        self.stdout.write(UNPRINTABLE.sub("?", f"confirmed: {', '.join(done) or 'nothing'}"))
 
 
 def _used_tools(connector) -> list[str]:
