@@ -177,3 +177,22 @@ def test_set_credential_takes_env_variables_and_never_echoes_them(connector, mon
         call_command(
             "set_credential", "hostile", "read", "--scheme", "env", "--env", "X", stdout=out
         )
+
+
+def test_confirm_class_and_enable_pins_what_the_import_saw(client, connector):
+    from actions.mcp_import import import_mcp
+
+    import_mcp("hostile", actor="ada", only=["add"])
+    pin = ToolPin.objects.get(connector=connector, tool="add")
+    assert pin.digest == "" and pin.seen_definition["name"] == "add"
+    action = Action.objects.get(name="hostile_add")
+    client.force_login(catalog_admin())
+    response = client.post(
+        reverse("admin:actions_action_changelist"),
+        {"action": "confirm_class_and_enable", "_selected_action": [action.pk]},
+    )
+    assert response.status_code == 302
+    action.refresh_from_db()
+    assert action.enabled and action.class_confirmed
+    pin.refresh_from_db()
+    assert pin.digest == tool_digest(pin.seen_definition) and pin.confirmed_by == "user:cat"

@@ -214,3 +214,15 @@ def test_a_hostile_description_is_filtered_capped_and_the_report_stays_plain():
     assert "openWorldHint absent (default true)" in proposal.why[0]
     text = render_report(McpImportReport(connector="mail", dry_run=True, proposals=[proposal]))
     assert "\x1b" not in text and "\x1b" not in proposal.definition["title"]
+
+
+def test_the_confirm_class_command_pins_the_tools(files):
+    import_mcp("files", actor="ada", only=["edit_file"])
+    out = StringIO()
+    call_command("confirm_class", "files_edit_file", "--actor", "ada", stdout=out)
+    assert "class irreversible confirmed" in out.getvalue()
+    pin = ToolPin.objects.get(connector__name="files", tool="edit_file")
+    assert f"tool edit_file: pinned {pin.digest[:12]}" in out.getvalue()
+    assert Action.objects.get(name="files_edit_file").enabled is False
+    with pytest.raises(CommandError, match="no action"):
+        call_command("confirm_class", "nope")
