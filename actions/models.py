@@ -198,6 +198,7 @@ class Action(models.Model):
         CATALOG = "catalog", "Catalog file"
         OPENAPI = "openapi", "OpenAPI import"
         ADMIN = "admin", "Admin"
+        MCP = "mcp", "MCP import"
 
     name = models.SlugField(max_length=100, unique=True)
     title = models.CharField(max_length=200)

@@ -4,7 +4,7 @@
 * **policy author** (``policy-authors``): reads the decision rules, the policy versions and
   the actions they are written over, and runs backtests in the admin; loads policies with
   ``manage.py load_policies`` / ``load_catalog`` where the catalog files are kept.
-* **catalog admin** (``catalog-admins``): connectors, actions, agents and their
+* **catalog admin** (``catalog-admins``): connectors, actions, MCP tool pins, agents and their
   allow-lists; never a credential or the vault.
 * **vault admin** (``vault-admins``): credentials (revoke, expiry) and the vault lock;
   never a plan or an action.
@@ -73,6 +73,8 @@ CATALOG_ADMIN = Role(
         "actions.change_action",
         "actions.view_action",
         "actions.view_actionversion",
+        "actions.view_toolpin",
+        "actions.change_toolpin",
         "actions.change_agent",
         "actions.view_agent",
         "actions.add_agentscope",

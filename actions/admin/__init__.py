@@ -13,7 +13,7 @@ package, and importing the areas here registers them.
 
 from __future__ import annotations
 
-from . import agents, connectors, policy, vault
+from . import agents, connectors, pins, policy, vault
 from .actions import CARD_FIELDS, MAX_OPENAPI_BYTES, definition_problems, enable_problems
 from .base import ReadOnlyAdmin
 
@@ -24,6 +24,7 @@ __all__ = [
     "agents",
     "connectors",
     "definition_problems",
+    "pins",
     "enable_problems",
     "policy",
     "vault",

@@ -32,6 +32,7 @@ from ..catalog import (
 from ..export import definition_text
 from ..models import Action, ActionVersion, Connector
 from ..openapi import OpenAPIImportError, import_openapi
+from ..toolpins import confirm_action_tools
 from .base import ReadOnlyAdmin
 
 log = logging.getLogger(__name__)
@@ -350,6 +351,7 @@ class ActionAdmin(admin.ModelAdmin):
                     request, f"{action.name} is already {'enabled' if enabled else 'disabled'}."
                 )
                 return
+            was_confirmed = action.class_confirmed
             definition = {**action.definition, "enabled": enabled}
             if enabled:
                 problems = definition_problems(action.name, definition, class_confirmed=True)
@@ -370,6 +372,9 @@ class ActionAdmin(admin.ModelAdmin):
                 source=action.source,
                 class_confirmed=True if enabled else action.class_confirmed,
             )
+            if enabled and not was_confirmed:
+                # An imported MCP action's tools are pinned to what the import saw.
+                confirm_action_tools(action, actor=user_actor(request.user))
         if enabled:
             self.message_user(
                 request,

@@ -18,6 +18,7 @@ from ..policy.reviewers import section_rules
 from ..policy.sources import MAX_TEXT_CHARS, PARTS, part_text
 from ..policy.versions import policy_set_replace, policy_version_current
 from ..text import localized
+from ..toolpins import confirm_action_tools
 from .parsing import line_in_text, line_of, parse_catalog_text
 from .problems import CatalogError, CatalogProblem
 from .validation import validate_catalog
@@ -366,4 +367,6 @@ def action_confirm_class(*, name: str, actor: str) -> Action:
                 actor=actor,
                 data={"action": name, "consequence_class": action.consequence_class},
             )
+            # An imported MCP action's tools are pinned to what the import saw.
+            confirm_action_tools(action, actor=actor)
     return action

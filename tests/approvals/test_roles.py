@@ -23,6 +23,7 @@ AREAS = {
     "actions": "admin:actions_action_changelist",
     "action versions": "admin:actions_actionversion_changelist",
     "connectors": "admin:actions_connector_changelist",
+    "tool pins": "admin:actions_toolpin_changelist",
     "credentials": "admin:actions_credential_changelist",
     "vault": "admin:actions_vaultstate_changelist",
     "agents": "admin:actions_agent_changelist",
@@ -35,7 +36,7 @@ AREAS = {
 OPENS = {
     "reviewer": set(),
     "policy-author": {"policies", "decision rules", "backtests", "actions", "action versions"},
-    "catalog-admin": {"actions", "action versions", "connectors", "agents"},
+    "catalog-admin": {"actions", "action versions", "connectors", "tool pins", "agents"},
     "vault-admin": {"credentials", "vault"},
 }
 

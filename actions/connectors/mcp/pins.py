@@ -12,8 +12,6 @@ confirm."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from django.db import transaction
@@ -22,10 +20,14 @@ from django.utils import timezone
 from actions.cache import cached
 from actions.lib.audit import audit_record
 from actions.models import Action, ToolPin
+from actions.toolpins import (  # noqa: F401 - re-exported for the MCP kind
+    DEFINITION_FIELDS,
+    record_seen,
+    tool_definition,
+    tool_digest,
+)
 
 from ..base import PreviewError
-
-DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 
 
 class ToolChanged(PreviewError):
@@ -40,20 +42,6 @@ class ToolNotConfirmed(PreviewError):
     title = "The MCP tool has not been confirmed by a person"
 
 
-def tool_definition(tool: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a served tool a pin covers (absent and null parts left out)."""
-    return {key: tool[key] for key in DEFINITION_FIELDS if tool.get(key) is not None}
-
-
-def tool_digest(tool: dict[str, Any]) -> str:
-    """SHA-256 of the definition's canonical JSON (sorted keys, no spaces, UTF-8): the
-    same bytes whatever order the server sent its keys in."""
-    text = json.dumps(
-        tool_definition(tool), ensure_ascii=False, sort_keys=True, separators=(",", ":")
-    )
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def pins_of(connector) -> dict[str, ToolPin]:
     """The connector's pins by tool, as of the catalog generation (actions/cache.py)."""
     return cached(
@@ -61,28 +49,6 @@ def pins_of(connector) -> dict[str, ToolPin]:
         connector.pk,
         lambda: {pin.tool: pin for pin in ToolPin.objects.filter(connector_id=connector.pk)},
     )
-
-
-def record_seen(connector, tool: dict[str, Any], digest: str) -> None:
-    """Keep what the server serves now beside the confirmed definition, for review (one
-    conditional UPDATE or INSERT; nothing when it is already recorded)."""
-    name = tool["name"]
-    now = timezone.now()
-    updated = (
-        ToolPin.objects.filter(connector_id=connector.pk, tool=name)
-        .exclude(seen_digest=digest)
-        .update(seen_definition=tool_definition(tool), seen_digest=digest, seen_at=now)
-    )
-    if not updated and not ToolPin.objects.filter(connector_id=connector.pk, tool=name).exists():
-        ToolPin.objects.get_or_create(
-            connector_id=connector.pk,
-            tool=name,
-            defaults={
-                "seen_definition": tool_definition(tool),
-                "seen_digest": digest,
-                "seen_at": now,
-            },
-        )
 
 
 def pinned_digests(
