@@ -108,8 +108,13 @@ def execution_run(*, plan_id) -> str:
             if claim.plan.kind == "read":
                 return _read(claim)
             auth = _open_credential(claim)
-            found = _revalidate_or_stop(claim)
-            sent = _send(claim, auth, found)
+            writer = _writer_or_stop(claim, auth)
+            try:
+                found = _revalidate_or_stop(claim)
+            except BaseException:
+                writer.close()
+                raise
+            sent = _send(claim, writer, found)
             return _record(claim, auth, sent)
         except _Done as done:
             return done.outcome
@@ -220,7 +225,28 @@ def _fence(claim: Claim, recorded: dict[str, Any], found: dict[str, Any]) -> Non
     raise _Done("skipped:claim-lost")
 
 
-def _send(claim: Claim, auth, found: dict[str, Any]) -> Sent:
+def _writer_or_stop(claim: Claim, auth):
+    """The write client, built before the re-read (so the fence is as late as it can be)
+    and asked first whether anything forbids the write now (an MCP tool that is no longer
+    the one approved): then the plan ends refused with nothing sent, not even the
+    re-read, which could call a tool that changed."""
+    plan = claim.plan
+    kind = kind_of(plan.action.connector)
+    writer = kind.writer(plan.action.connector, plan.action.spec, auth)
+    try:
+        refusal = kind.refusal_before_send(writer, plan.action.spec, plan.target)
+        if refusal is not None:
+            raise _refuse(claim, f"refused before sending: {refusal}", error=refusal)
+    except _Done:
+        writer.close()
+        raise
+    except UpstreamError as exc:  # the kind could not check now; nothing left
+        writer.close()
+        raise _release_unsent(claim, str(exc)) from None
+    return writer
+
+
+def _send(claim: Claim, writer, found: dict[str, Any]) -> Sent:
     """Fence, then send; again only with the same idempotency key, and only where the
     action declares that the upstream honours it (max_retries is 0 otherwise). Whether an
     answer may be sent again, and after how long, is the kind's reading of it; how many
@@ -228,19 +254,11 @@ def _send(claim: Claim, auth, found: dict[str, Any]) -> Sent:
     plan, attempt = claim.plan, claim.attempt
     spec, request, key = plan.action.spec, plan.write_request, attempt.idempotency_key
     kind = kind_of(plan.action.connector)
-    # The writer is built before the fence, so the fence is as late as it can be.
-    writer = kind.writer(plan.action.connector, spec, auth)
     try:
-        refusal = kind.refusal_before_send(writer, spec, plan.target)
-        if refusal is not None:
-            raise _refuse(claim, f"refused before sending: {refusal}", error=refusal)
         _fence(claim, writer.recorded(request, key=key), found)
     except _Done:
         writer.close()
         raise
-    except UpstreamError as exc:  # the kind could not check now; nothing left
-        writer.close()
-        raise _release_unsent(claim, str(exc)) from None
     retries_left = spec.write.max_retries
     sends = 0
     notes: list[str] = []

@@ -143,8 +143,9 @@ def test_a_plan_approved_before_the_change_is_refused_at_the_worker(notes, appro
     assert plan.status == PlanStatus.REFUSED
     assert plan.outcome_detail.startswith("refused before sending:"), plan.outcome_detail
     assert "changed since it was confirmed" in plan.outcome_detail
-    # Only the staleness re-read (read_note, on the preview side) ran: no write was sent.
-    assert [c for c in calls(files)[len(before) :] if c != "read_note"] == []
+    # Nothing was called: not the write, not even the re-read (the tools it would use are
+    # checked first, with the worker's own session).
+    assert calls(files)[len(before) :] == []
     assert calls(files).count("write_note") == 1, "only the first plan's write"
     assert files["note"].read_text() == "second\n"
 
