@@ -145,6 +145,8 @@ def text_change(plan: Plan) -> dict[str, Any]:
             "too_long": diff.too_long,
         }
     }
+
+
 # How an HTTP plan's preview was made, said as an MCP plan's is (target["preview"]).
 HTTP_RECIPES = {
     "read": ("strong", "computed from a read of the target"),
