@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.db import transaction
+
 from actions.catalog import action_define, validate_action_definition
 from actions.connectors.registry import kind_of
 from actions.lib.audit import audit_record
@@ -58,6 +60,7 @@ def import_mcp(
     report = McpImportReport(connector=connector_name, dry_run=dry_run)
     names: set[str] = set()
     wanted = set(only or [])
+    storing: list[tuple[dict, ToolProposal]] = []
     for tool in served:
         if wanted and tool.get("name") not in wanted:
             continue
@@ -68,9 +71,15 @@ def import_mcp(
             continue
         names.add(proposal.name)
         _check(proposal)
-        if not proposal.refused and not dry_run:
+        if not proposal.refused:
+            storing.append((tool, proposal))
+    if dry_run or not storing:
+        return report
+    # Every proposal and the import's record in one transaction (the server was read
+    # before it: no network inside): an import is stored whole or not at all.
+    with transaction.atomic():
+        for tool, proposal in storing:
             _store(connector, tool, proposal, actor=actor)
-    if not dry_run and report.stored:
         audit_record(
             kind="mcp.imported",
             actor=actor,
