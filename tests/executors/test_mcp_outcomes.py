@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import threading
 import time
 import uuid
 
@@ -271,3 +274,37 @@ def test_the_real_filesystem_servers_error_is_rejected_and_kept_filtered(
     attempt = Attempt.objects.get(plan=plan)
     assert attempt.sends == 1 and "ENOENT" in attempt.response_body
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_server_killed_mid_call_is_unknown_and_reconciled_by_the_paired_read(
+    db, tmp_path, approve, run
+):
+    """The worker's server applies the write and is then killed (SIGKILL, by its pid)
+    while the worker waits for the answer: the call left and no answer came."""
+    pids = tmp_path / "pids"
+    notes = notes_load(tmp_path, "apply-then-hang", env={"PID_FILE": str(pids)}, read_timeout=20)
+    plan = approve(notes.submit("after\n"))
+    known = set(pids.read_text().split())  # the preview side's server
+
+    def kill_the_writer() -> None:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if notes.calls("write_note"):
+                for pid in set(pids.read_text().split()) - known:
+                    os.kill(int(pid), signal.SIGKILL)  # the worker's server, started by us
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_the_writer)
+    killer.start()
+    started = time.monotonic()
+    assert run(plan) == PlanStatus.UNKNOWN
+    killer.join()
+    assert time.monotonic() - started < 15, "the lost answer was seen, not waited out"
+    attempt = Attempt.objects.get(plan=plan)
+    assert attempt.state == Attempt.State.LOST and attempt.sends == 1
+    assert notes.note.read_text() == "after\n"
+    assert reconcile(plan_id=plan.id) == PlanStatus.COMPLETED
+    plan = settled(plan)
+    assert plan.verified is True
+    assert len(notes.calls("write_note")) == 1, "one approval, one call"
