@@ -58,8 +58,14 @@ class Preview:
     summary_markdown: str
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
+def merge_patch(target: Any, patch: Any, *, append: bool = False) -> Any:
+    """RFC 7386 JSON merge patch. With ``append``, an array in ``patch`` adds its items to
+    the array at the same place in ``target`` (items already there are not repeated: a
+    knowledge store's observations, a set of labels) instead of replacing it."""
+    if append and isinstance(patch, list):
+        result = list(target) if isinstance(target, list) else []
+        result += [copy.deepcopy(item) for item in patch if item not in result]
+        return result
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     result = copy.deepcopy(target) if isinstance(target, dict) else {}
@@ -67,7 +73,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
         if value is None:
             result.pop(key, None)
         else:
-            result[key] = merge_patch(result.get(key), value)
+            result[key] = merge_patch(result.get(key), value, append=append)
     return result
 
 
@@ -93,33 +99,12 @@ def diff(before: Any, after: Any, pointer: str = "") -> list[dict[str, Any]]:
     return [{"path": pointer or "/", "op": "replace", "before": before, "after": after}]
 
 
-def merge_append(target: Any, patch: Any) -> Any:
-    """A merge in which an array in ``patch`` adds its items to the array at the same
-    place in ``target`` (items already there are not repeated: a knowledge store's
-    observations, a set of labels); objects merge as in a merge patch."""
-    if isinstance(patch, list):
-        result = list(target) if isinstance(target, list) else []
-        for item in patch:
-            if item not in result:
-                result.append(copy.deepcopy(item))
-        return result
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_append(result.get(key), value)
-    return result
-
-
 def planned_after(kind: str, before: Any, body: Any, *, merge: str = "patch") -> Any:
     """What the target would be after a change of ``kind`` that sends ``body`` (the
     rendered write body) to the target as read (``before``; None when nothing is read).
     ``merge``: how an update joins the target (``append``: arrays gain items)."""
     if kind == "update":
-        return merge_append(before, body) if merge == "append" else merge_patch(before, body)
+        return merge_patch(before, body, append=merge == "append")
     if kind in ("replace", "create", "invoke"):
         return body
     return None  # delete: nothing is left; read: nothing changes

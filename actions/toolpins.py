@@ -56,6 +56,35 @@ def record_seen(connector, tool: dict[str, Any], digest: str) -> None:
         )
 
 
+def pin_set(pin: ToolPin, definition: dict[str, Any], *, actor: str, **audited: Any) -> None:
+    """Confirm ``definition`` on ``pin`` (locked by the caller, in its transaction): the
+    one place a pin changes, audited as ``tool.confirmed`` with the digest it had.
+    ``seen=True``: the definition was just read from the server, so it is also what was
+    last seen served."""
+    seen = audited.pop("seen", False)
+    previous = pin.digest
+    pin.definition = definition
+    pin.digest = tool_digest(definition)
+    pin.confirmed_by = actor
+    pin.confirmed_at = timezone.now()
+    fields = ["definition", "digest", "confirmed_by", "confirmed_at"]
+    if seen:
+        pin.seen_definition, pin.seen_digest, pin.seen_at = definition, pin.digest, pin.confirmed_at
+        fields += ["seen_definition", "seen_digest", "seen_at"]
+    pin.save(update_fields=fields)
+    audit_record(
+        kind="tool.confirmed",
+        actor=actor,
+        data={
+            "connector": pin.connector.name,
+            "tool": pin.tool,
+            "digest": pin.digest,
+            "previous": previous or None,
+            **audited,
+        },
+    )
+
+
 def tools_confirm_seen(connector, names: tuple[str, ...] | list[str], *, actor: str) -> list[str]:
     """A person confirms an imported MCP action: the tools it uses are pinned to what the
     import saw (``seen_definition``), not to a fresh read, so a server that changed
@@ -63,33 +92,18 @@ def tools_confirm_seen(connector, names: tuple[str, ...] | list[str], *, actor: 
     confirmed keeps its pin (a later difference is reviewed on its own, in the admin's
     MCP tool pins or with confirm_tools). Audited; returns the tools pinned now."""
     pinned = []
-    now = timezone.now()
     with transaction.atomic():
         for name in names:
             pin = (
                 ToolPin.objects.select_for_update()
+                .select_related("connector")
                 .filter(connector_id=connector.pk, tool=name)
                 .first()
             )
             if pin is None or pin.digest or not pin.seen_definition:
                 continue
-            pin.definition = pin.seen_definition
-            pin.digest = tool_digest(pin.seen_definition)
-            pin.confirmed_by = actor
-            pin.confirmed_at = now
-            pin.save(update_fields=["definition", "digest", "confirmed_by", "confirmed_at"])
+            pin_set(pin, pin.seen_definition, actor=actor, **{"from": "import"})
             pinned.append(name)
-            audit_record(
-                kind="tool.confirmed",
-                actor=actor,
-                data={
-                    "connector": connector.name,
-                    "tool": name,
-                    "digest": pin.digest,
-                    "previous": None,
-                    "from": "import",
-                },
-            )
     return pinned
 
 
@@ -100,22 +114,7 @@ def pin_confirm_seen(pin: ToolPin, *, actor: str) -> bool:
         pin = ToolPin.objects.select_for_update().select_related("connector").get(pk=pin.pk)
         if not pin.seen_definition or pin.seen_digest == pin.digest:
             return False
-        previous = pin.digest
-        pin.definition = pin.seen_definition
-        pin.digest = tool_digest(pin.seen_definition)
-        pin.confirmed_by = actor
-        pin.confirmed_at = timezone.now()
-        pin.save(update_fields=["definition", "digest", "confirmed_by", "confirmed_at"])
-        audit_record(
-            kind="tool.confirmed",
-            actor=actor,
-            data={
-                "connector": pin.connector.name,
-                "tool": pin.tool,
-                "digest": pin.digest,
-                "previous": previous or None,
-            },
-        )
+        pin_set(pin, pin.seen_definition, actor=actor)
     return True
 
 

@@ -17,7 +17,7 @@ from ..policy.schema import document_problems
 from ..rules import rule_problem
 from ..spec import VERIFIABLE_KINDS, pattern_problem
 from ..text import ENGLISH, languages_of, localized
-from .mcp import check_mcp_action
+from .mcp import check_mcp_action, template_inputs
 from .problems import CatalogProblem
 
 _PATH_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -131,7 +131,7 @@ def check_action(
                 problem("/status/path", f"path field {key!r} must be a required input property")
     if "tool" in action:
         return out  # what follows is about HTTP requests
-    body_fields = _template_inputs(write.get("body"))
+    body_fields = template_inputs(write.get("body"))
     for key in body_fields:
         if key not in properties:
             problem("/write/body", f"{{'$input': {key!r}}} names no input property")
@@ -482,13 +482,3 @@ def _check_patterns(base: str, schema: Any, where: str = "/input_schema") -> lis
 
 def _version_source(action: dict[str, Any]) -> str:
     return (action.get("version") or {"source": "hash"})["source"]
-
-
-def _template_inputs(template: Any) -> set[str]:
-    if isinstance(template, dict):
-        if set(template) == {"$input"}:
-            return {str(template["$input"])}
-        return set().union(*(_template_inputs(v) for v in template.values())) if template else set()
-    if isinstance(template, list):
-        return set().union(*(_template_inputs(v) for v in template)) if template else set()
-    return set()

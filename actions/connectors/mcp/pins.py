@@ -15,13 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from actions.cache import cached
-from actions.lib.audit import audit_record
 from actions.models import Action, ToolPin
 from actions.toolpins import (  # noqa: F401 - re-exported for the MCP kind
     DEFINITION_FIELDS,
+    pin_set,
     record_seen,
     tool_definition,
     tool_digest,
@@ -111,34 +110,16 @@ def tools_confirm(
     if missing:
         raise ToolChanged(f"the server of {connector.name} offers no tool {', '.join(missing)}")
     changed = []
-    now = timezone.now()
     with transaction.atomic():
         for name in names:
-            tool = by_name[name]
-            digest = tool_digest(tool)
-            pin, _ = ToolPin.objects.select_for_update().get_or_create(
-                connector_id=connector.pk, tool=name
+            definition = tool_definition(by_name[name])
+            pin, _ = (
+                ToolPin.objects.select_for_update()
+                .select_related("connector")
+                .get_or_create(connector_id=connector.pk, tool=name)
             )
-            if pin.digest == digest:
+            if pin.digest == tool_digest(definition):
                 continue
-            previous = pin.digest
-            pin.definition = tool_definition(tool)
-            pin.digest = digest
-            pin.seen_definition = tool_definition(tool)
-            pin.seen_digest = digest
-            pin.seen_at = now
-            pin.confirmed_by = actor
-            pin.confirmed_at = now
-            pin.save()
+            pin_set(pin, definition, actor=actor, seen=True)
             changed.append(name)
-            audit_record(
-                kind="tool.confirmed",
-                actor=actor,
-                data={
-                    "connector": connector.name,
-                    "tool": name,
-                    "digest": digest,
-                    "previous": previous or None,
-                },
-            )
     return changed
