@@ -33,7 +33,7 @@ class ReadRefused(PreviewError):
     """The preview side was asked to call a tool that is not declared a read or a dry
     run: nothing was sent."""
 
-    status = 500
+    status = 409  # the catalog's declarations and the call disagree: never the agent's input
     type = "mcp-read-refused"
     title = "The preview side refuses to call this tool"
 
