@@ -5,14 +5,17 @@ Jobs (``"mode"``):
 
 * ``submit``: POST plans (or the baseline) from ``concurrency`` tasks for ``seconds``;
   returns the count, errors and every latency.
-* ``prepare``: submit one plan per contact id; returns ``[{id, fingerprint, contact}]``.
+* ``prepare``: submit one plan per contact id (the new address in ``domain``, by default
+  bench.test); returns ``[{id, fingerprint, contact}]``.
 * ``wait``: hold one ``GET /api/v1/plans/{id}?wait=N`` per plan id at once; touches
   ``ready_file`` once every request has been sent; returns when each came back (wall
   clock, to compare with the approver's commit times).
 * ``get``: GET each path ``repeat`` times, one at a time; returns the latencies.
 * ``decide``: reviewers approving plans over HTTP, as the review page's form does: one
   lane per reviewer session (``lanes: [{cookies, plans}]``), all lanes at once, each
-  posting its plans one after the other; returns every latency and the elapsed time.
+  posting its plans one after the other; returns every latency and the elapsed time. A
+  lane given its ``csrftoken`` (set among its cookies too) skips the queue page that
+  would otherwise set it.
 * ``hammer``: GET one path from ``concurrency`` tasks for ``seconds`` (the upstream's
   own rate: the floor a submission, which reads the upstream once, cannot beat).
 """
@@ -30,10 +33,10 @@ from pathlib import Path
 import httpx
 
 
-def _body(i: int, contacts: list[str], tag: str) -> dict:
+def _body(i: int, contacts: list[str], tag: str, domain: str = "bench.test") -> dict:
     return {
         "action": "update_contact_email",
-        "input": {"contact_id": contacts[i % len(contacts)], "email": f"{tag}{i}@bench.test"},
+        "input": {"contact_id": contacts[i % len(contacts)], "email": f"{tag}{i}@{domain}"},
         "reason": "bench",
     }
 
@@ -102,7 +105,7 @@ async def prepare(job: dict) -> dict:
 
         async def one(i: int, contact: str) -> dict:
             async with semaphore:
-                body = _body(i, [contact], job.get("tag", "p"))
+                body = _body(i, [contact], job.get("tag", "p"), job.get("domain", "bench.test"))
                 for attempt in range(12):
                     response = await c.post("/api/v1/plans", json=body)
                     if response.status_code == 201:
@@ -227,9 +230,11 @@ async def decide(job: dict) -> dict:
 
     async def lane(spec: dict) -> None:
         async with httpx.AsyncClient(base_url=job["url"], cookies=spec["cookies"], timeout=60) as c:
-            # The queue page sets the CSRF cookie, as it does for a browser.
-            (await c.get("/plans/")).raise_for_status()
-            token = c.cookies.get("csrftoken")
+            token = spec.get("csrftoken")
+            if not token:
+                # The queue page sets the CSRF cookie, as it does for a browser.
+                (await c.get("/plans/")).raise_for_status()
+                token = c.cookies.get("csrftoken")
             await ready.wait()
             for plan in spec["plans"]:
                 began = time.perf_counter()

@@ -862,6 +862,9 @@ every 0.25 s during the run: p50 {fmt(lag.get("p50_s", 0), 2)} s, max
         )
     if b8:
         parts.append(_b8_text(b8))
+    from bench.cpu import report_section
+
+    parts.append(report_section(r))
     analysis = PLOTS / "analysis.md"
     if analysis.exists():
         parts.append(analysis.read_text().strip())

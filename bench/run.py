@@ -21,7 +21,9 @@ Scenarios: B1 submit (with the floor: the upstream's own GET rate and PostgreSQL
 single-row insert rate, measured in the same run; and with 200 decision rules, then 200
 policies, loaded beside the demo's: bench/policies.py), B2 decision to effect, B3
 executor throughput, B4 history, B5 waiting agents, B6 footprint, B7 decisions per
-second, B8 a policy backtest over stored history (see docs/benchmarks.md). B1 also times
+second, B8 a policy backtest over stored history, CPU the CPU per plan of each process
+(bench/cpu.py; with py-spy profiles of the web and worker processes) (see
+docs/benchmarks.md). B1 also times
 the policy engine in this process; B1, B5 and B7 sample how long audit events wait to
 be sealed.
 
@@ -57,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import cpu as cpu_scenario  # noqa: E402
 from bench.procs import (  # noqa: E402
     Process,
     Stack,
@@ -1579,7 +1582,10 @@ def main(argv: list[str] | None = None) -> int:
         "default: none, each of Django's threads keeps its own connection)",
     )
     parser.add_argument(
-        "--only", default="", help="comma-separated scenarios, e.g. B1,B4 (default: all)"
+        "--only",
+        default="",
+        help="comma-separated scenarios, e.g. B1,B4, or CPU (CPU per plan: bench/cpu.py); "
+        "default: all",
     )
     parser.add_argument(
         "--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
@@ -1633,6 +1639,8 @@ def main(argv: list[str] | None = None) -> int:
         # A run of some scenarios keeps the others' figures from the last run, and says
         # so (bench/report.py prints which came from which run).
         _keep_previous(Path(args.results), results, only)
+    measure_cpu = not only or "CPU" in only
+    results.update(cpu_scenario.carried(Path(args.results), measuring=measure_cpu))
     ok = False
     try:
         import django
@@ -1651,7 +1659,11 @@ def main(argv: list[str] | None = None) -> int:
             d = Deployment(stack, work, args, sizes)
             d.setup()
             time.sleep(1.0)
-            results["B6"] = {"rest": footprint(d)}
+            # B6 is read at rest, and under the load of B1 and B3: a run of neither keeps
+            # the last run's (kept by _keep_previous).
+            footprint_now = "B6" not in results
+            if footprint_now:
+                results["B6"] = {"rest": footprint(d)}
             say(f"up: web {d.url} ({args.web_workers} workers), {args.workers} Celery workers")
             scenarios = [
                 ("B4", lambda: b4_history(d, sizes, history, args.seed_events)),
@@ -1672,7 +1684,13 @@ def main(argv: list[str] | None = None) -> int:
                 results[name]["measured_quick"] = args.quick
                 say(f"{name} done in {results[name]['wall_seconds']:.0f} s")
                 _save(args.results, results)
-            results["B6"]["after"] = footprint(d)
+            if measure_cpu:
+                t0 = time.monotonic()
+                cpu_scenario.record(results, cpu_scenario.cpu_per_plan(d, args.quick, out_dir))
+                results["cpu_per_plan"]["wall_seconds"] = time.monotonic() - t0
+                _save(args.results, results)
+            if footprint_now:
+                results["B6"]["after"] = footprint(d)
             if "B1" in results:
                 results["B6"]["web_rss_peak_kb"] = results["B1"]["web_rss_peak_kb"]
             if "B3" in results:
@@ -1720,6 +1738,8 @@ def _keep_previous(path: Path, results: dict, only: set[str]) -> None:
             results[name] = previous[name]
             results[name].setdefault("measured", previous.get("when"))
             results[name].setdefault("measured_quick", previous.get("quick"))
+    if "B6" in previous and not only & {"B1", "B3"}:
+        results["B6"] = previous["B6"]
     if "PROFILE" not in only:
         for key in ("queries_per_call", "profiles"):
             if key in previous:
