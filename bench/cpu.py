@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -345,7 +346,7 @@ def held_wakeups():
         dispatch.publish = original
 
 
-def count_queries(d: Any, rounds: int = 4) -> dict[str, float]:
+def count_queries(d: Any, rounds: int = 4) -> dict[str, Any]:
     """Queries of each step through the web's middleware and views (Django's test
     client) and the worker's ``execution_run``, in this process; the median of the
     rounds after the first (which fills caches)."""
@@ -360,11 +361,13 @@ def count_queries(d: Any, rounds: int = 4) -> dict[str, float]:
     reviewer = Client(HTTP_HOST="127.0.0.1")
     reviewer.force_login(d.reviewer)
     counted: dict[str, list[int]] = {}
+    texts: dict[str, list[str]] = {}
 
     def count(step: str, call: Callable[[], Any]) -> Any:
         with CaptureQueriesContext(connection) as ctx:
             result = call()
         counted.setdefault(step, []).append(len(ctx.captured_queries))
+        texts[step] = [statement(q["sql"]) for q in ctx.captured_queries]
         return result
 
     def submit(cid: str, email: str) -> dict:
@@ -404,7 +407,17 @@ def count_queries(d: Any, rounds: int = 4) -> dict[str, float]:
                 count("execute", lambda p=plan: execution_run(plan_id=p["id"]))
     finally:
         settings.COUNTERSIGN_WORKER_KEY_FILE = ""
-    return {k: statistics.median(v[1:] or v) for k, v in counted.items()}
+    out: dict[str, Any] = {k: statistics.median(v[1:] or v) for k, v in counted.items()}
+    out["statements"] = texts  # the last round's, to see which repeat or could be joined
+    return out
+
+
+def statement(sql: str, limit: int = 200) -> str:
+    """A query's SQL with its literals left out (the probe's ids, addresses and times are
+    of no interest), cut to ``limit`` characters."""
+    sql = re.sub(r"'(?:[^']|'')*'", "'…'", sql)
+    sql = re.sub(r"\b\d+(\.\d+)?\b", "N", sql)
+    return sql if len(sql) <= limit else sql[: limit - 1] + "…"
 
 
 def steps_of(path: str, queries: dict[str, float]) -> dict[str, float]:
@@ -414,6 +427,10 @@ def steps_of(path: str, queries: dict[str, float]) -> dict[str, float]:
         "policy": ["submit (policy)", "execute (policy)"],
     }[path]
     return {n: queries[n] for n in names if n in queries}
+
+
+def _queries_only(queries: dict[str, Any]) -> dict[str, float]:
+    return {k: v for k, v in queries.items() if k != "statements"}
 
 
 # --- profiles -----------------------------------------------------------------------------
@@ -494,7 +511,8 @@ def cpu_per_plan(d: Any, quick: bool, out_dir: Path, profile: bool = True) -> di
         floor = idle(d, backends)
         out: dict = {"batch": n, "idle_ms_per_second": floor}
         queries = count_queries(d)
-        out["queries_per_step"] = queries
+        out["queries_per_step"] = _queries_only(queries)
+        out["query_statements"] = queries["statements"]
         out["paths"] = {}
         for path in PATHS:
             say(f"CPU per plan: {path}, {n} plans")
@@ -547,8 +565,14 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
-def _queries(steps: dict[str, float]) -> str:
-    return " + ".join(f"{k} {v:g}" for k, v in steps.items()) or "–"
+def _queries(steps: dict[str, float], before: dict[str, float] | None = None) -> str:
+    """``submit 9 + decide 16 (before 17)``: the before's count where it differs."""
+    before = before or {}
+    parts = []
+    for k, v in steps.items():
+        was = before.get(k)
+        parts.append(f"{k} {v:g}" + (f" (before {was:g})" if was is not None and was != v else ""))
+    return " + ".join(parts) or "–"
 
 
 def report_section(r: dict) -> str:
@@ -574,7 +598,7 @@ def report_section(r: dict) -> str:
                 _ms(ms["postgresql"]),
                 _ms(ms["redis"]),
                 _ms(ms["total"]),
-                _queries(now.get("queries_per_step", {})),
+                _queries(now.get("queries_per_step", {}), b.get("queries_per_step")),
                 _ms(b.get("ms_per_plan", {}).get("total")),
                 _ms(after["paths"][path]["ms_per_plan"]["total"] if after else None),
             ]
