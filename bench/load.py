@@ -5,14 +5,17 @@ Jobs (``"mode"``):
 
 * ``submit``: POST plans (or the baseline) from ``concurrency`` tasks for ``seconds``;
   returns the count, errors and every latency.
-* ``prepare``: submit one plan per contact id; returns ``[{id, fingerprint, contact}]``.
+* ``prepare``: submit one plan per contact id (the new address in ``domain``, by default
+  bench.test); returns ``[{id, fingerprint, contact}]``.
 * ``wait``: hold one ``GET /api/v1/plans/{id}?wait=N`` per plan id at once; touches
   ``ready_file`` once every request has been sent; returns when each came back (wall
   clock, to compare with the approver's commit times).
 * ``get``: GET each path ``repeat`` times, one at a time; returns the latencies.
 * ``decide``: reviewers approving plans over HTTP, as the review page's form does: one
   lane per reviewer session (``lanes: [{cookies, plans}]``), all lanes at once, each
-  posting its plans one after the other; returns every latency and the elapsed time.
+  posting its plans one after the other; returns every latency and the elapsed time. A
+  lane given its ``csrftoken`` (set among its cookies too) skips the queue page that
+  would otherwise set it.
 * ``mcp_read``: the official MCP client calling one tool on a kept stdio session from
   ``concurrency`` tasks for ``seconds`` (B9's floor).
 * ``hammer``: GET one path from ``concurrency`` tasks for ``seconds`` (the upstream's
@@ -43,12 +46,18 @@ def _filled(template, i: int, tag: str):
     return template
 
 
-def _body(i: int, contacts: list[str], tag: str, template: dict | None = None) -> dict:
+def _body(
+    i: int,
+    contacts: list[str],
+    tag: str,
+    domain: str = "bench.test",
+    template: dict | None = None,
+) -> dict:
     if template is not None:
         return _filled(template, i, tag)
     return {
         "action": "update_contact_email",
-        "input": {"contact_id": contacts[i % len(contacts)], "email": f"{tag}{i}@bench.test"},
+        "input": {"contact_id": contacts[i % len(contacts)], "email": f"{tag}{i}@{domain}"},
         "reason": "bench",
     }
 
@@ -67,7 +76,7 @@ async def submit(job: dict) -> dict:
             i = next(counter)
             began = time.perf_counter()
             try:
-                body = _body(i, contacts, job["tag"], job.get("body"))
+                body = _body(i, contacts, job["tag"], template=job.get("body"))
                 response = await c.post(path, json=body)
                 status = response.status_code
             except httpx.HTTPError as exc:
@@ -118,7 +127,7 @@ async def prepare(job: dict) -> dict:
 
         async def one(i: int, contact: str) -> dict:
             async with semaphore:
-                body = _body(i, [contact], job.get("tag", "p"))
+                body = _body(i, [contact], job.get("tag", "p"), job.get("domain", "bench.test"))
                 for attempt in range(12):
                     response = await c.post("/api/v1/plans", json=body)
                     if response.status_code == 201:
@@ -243,9 +252,11 @@ async def decide(job: dict) -> dict:
 
     async def lane(spec: dict) -> None:
         async with httpx.AsyncClient(base_url=job["url"], cookies=spec["cookies"], timeout=60) as c:
-            # The queue page sets the CSRF cookie, as it does for a browser.
-            (await c.get("/plans/")).raise_for_status()
-            token = c.cookies.get("csrftoken")
+            token = spec.get("csrftoken")
+            if not token:
+                # The queue page sets the CSRF cookie, as it does for a browser.
+                (await c.get("/plans/")).raise_for_status()
+                token = c.cookies.get("csrftoken")
             await ready.wait()
             for plan in spec["plans"]:
                 began = time.perf_counter()

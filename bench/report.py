@@ -877,6 +877,9 @@ every 0.25 s during the run: p50 {fmt(lag.get("p50_s", 0), 2)} s, max
         parts.append(_b8_text(b8))
     if r.get("B9"):
         parts.append(_b9_text(r["B9"]))
+    from bench.cpu import report_section
+
+    parts.append(report_section(r))
     analysis = PLOTS / "analysis.md"
     if analysis.exists():
         parts.append(analysis.read_text().strip())

@@ -22,9 +22,10 @@ single-row insert rate, measured in the same run; and with 200 decision rules, t
 policies, loaded beside the demo's: bench/policies.py), B2 decision to effect, B3
 executor throughput, B4 history, B5 waiting agents, B6 footprint, B7 decisions per
 second, B8 a policy backtest over stored history, B9 a submission previewed through an
-MCP server over stdio against a direct MCP client (bench/mcp_upstream.py; see
-docs/benchmarks.md). B1 also times the policy engine in this process; B1, B5 and B7
-sample how long audit events wait to be sealed.
+MCP server over stdio against a direct MCP client (bench/mcp_upstream.py), CPU the CPU
+per plan of each process (bench/cpu.py; with py-spy profiles of the web and worker
+processes) (see docs/benchmarks.md). B1 also times the policy engine in this process;
+B1, B5 and B7 sample how long audit events wait to be sealed.
 
 ``--quick`` is a short run for development; the full run takes about a quarter of an
 hour.
@@ -58,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import cpu as cpu_scenario  # noqa: E402
 from bench.mcp_upstream import b9_mcp  # noqa: E402
 from bench.procs import (  # noqa: E402
     Process,
@@ -1581,7 +1583,10 @@ def main(argv: list[str] | None = None) -> int:
         "default: none, each of Django's threads keeps its own connection)",
     )
     parser.add_argument(
-        "--only", default="", help="comma-separated scenarios, e.g. B1,B4 (default: all)"
+        "--only",
+        default="",
+        help="comma-separated scenarios, e.g. B1,B4, or CPU (CPU per plan: bench/cpu.py); "
+        "default: all",
     )
     parser.add_argument(
         "--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
@@ -1635,6 +1640,8 @@ def main(argv: list[str] | None = None) -> int:
         # A run of some scenarios keeps the others' figures from the last run, and says
         # so (bench/report.py prints which came from which run).
         _keep_previous(Path(args.results), results, only)
+    measure_cpu = not only or "CPU" in only
+    results.update(cpu_scenario.carried(Path(args.results), measuring=measure_cpu))
     ok = False
     try:
         import django
@@ -1653,7 +1660,11 @@ def main(argv: list[str] | None = None) -> int:
             d = Deployment(stack, work, args, sizes)
             d.setup()
             time.sleep(1.0)
-            results["B6"] = {"rest": footprint(d)}
+            # B6 is read at rest, and under the load of B1 and B3: a run of neither keeps
+            # the last run's (kept by _keep_previous).
+            footprint_now = "B6" not in results
+            if footprint_now:
+                results["B6"] = {"rest": footprint(d)}
             say(f"up: web {d.url} ({args.web_workers} workers), {args.workers} Celery workers")
             scenarios = [
                 ("B4", lambda: b4_history(d, sizes, history, args.seed_events)),
@@ -1675,7 +1686,13 @@ def main(argv: list[str] | None = None) -> int:
                 results[name]["measured_quick"] = args.quick
                 say(f"{name} done in {results[name]['wall_seconds']:.0f} s")
                 _save(args.results, results)
-            results["B6"]["after"] = footprint(d)
+            if measure_cpu:
+                t0 = time.monotonic()
+                cpu_scenario.record(results, cpu_scenario.cpu_per_plan(d, args.quick, out_dir))
+                results["cpu_per_plan"]["wall_seconds"] = time.monotonic() - t0
+                _save(args.results, results)
+            if footprint_now:
+                results["B6"]["after"] = footprint(d)
             if "B1" in results:
                 results["B6"]["web_rss_peak_kb"] = results["B1"]["web_rss_peak_kb"]
             if "B3" in results:
@@ -1723,6 +1740,8 @@ def _keep_previous(path: Path, results: dict, only: set[str]) -> None:
             results[name] = previous[name]
             results[name].setdefault("measured", previous.get("when"))
             results[name].setdefault("measured_quick", previous.get("quick"))
+    if "B6" in previous and not only & {"B1", "B3"}:
+        results["B6"] = previous["B6"]
     if "PROFILE" not in only:
         for key in ("queries_per_call", "profiles"):
             if key in previous:

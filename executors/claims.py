@@ -117,10 +117,12 @@ def claim_plan(plan_id) -> Claim | None:
         # Only the plan's row is locked (see docs/benchmarks.md: locking a joined action
         # row serialized every execution of an action and could deadlock). The action
         # and its connector come from the catalog cache, as fresh as a join would read
-        # them (actions/cache.py) and without compiling a four-table join per claim.
+        # them (actions/cache.py) and without compiling a four-table join per claim. The
+        # agent is joined, unlocked: the policies' facts name it, and read lazily it was
+        # a query of its own on every claim.
         plan = (
             Plan.objects.select_for_update(of=("self",))
-            .select_related("attempt")
+            .select_related("attempt", "agent")
             .filter(id=plan_id)
             .order_by()
             .first()

@@ -118,10 +118,13 @@ def approval_record(
 
 
 def _locked_undecided(plan_id) -> Plan:
-    """The plan, locked until commit; refused unless it still awaits a decision."""
+    """The plan, locked until commit; refused unless it still awaits a decision. Its
+    action's connector is joined too (unlocked, as the action and the agent): the
+    decision rules match on the connector's name, which read lazily was a query of its
+    own on every decision."""
     plan = (
         Plan.objects.select_for_update(of=("self",))
-        .select_related("action", "agent")
+        .select_related("action__connector", "agent")
         .filter(id=plan_id)
         .first()
     )

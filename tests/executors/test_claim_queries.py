@@ -1,0 +1,53 @@
+"""Rows a decision and a claim need come with the plan they lock, not in queries of their
+own: the decision rules match on the action's connector, the policies' facts name the
+agent (bench/cpu.py counted each as one more query on every decision and execution).
+Only the plan's row is locked either way."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import PlanStatus
+from approvals.services import approval_record
+from tests.approvals.test_decision_rules import demo_rules, load_rules, person
+from tests.approvals.test_policies import ROUTINE
+
+
+def selects_from(queries: list[dict], table: str) -> list[str]:
+    return [q["sql"] for q in queries if q["sql"].lstrip().startswith("SELECT") and
+            f'FROM "{table}"' in q["sql"]]  # fmt: skip
+
+
+def test_a_decision_under_decision_rules_reads_the_connector_with_the_plan(
+    make_plan, catalog, django_capture_on_commit_callbacks
+):
+    load_rules(demo_rules())
+    plan = make_plan()
+    assert plan.status == PlanStatus.AWAITING_APPROVAL
+    reviewer = person("lead", "support-leads")
+    with (
+        django_capture_on_commit_callbacks(execute=False),
+        CaptureQueriesContext(connection) as ctx,
+    ):
+        approval_record(
+            plan_id=plan.id,
+            reviewer=reviewer,
+            decision="approve",
+            fingerprint_seen=plan.fingerprint,
+        )
+    assert selects_from(ctx.captured_queries, "actions_connector") == []
+    locked = [q["sql"] for q in ctx.captured_queries if "FOR UPDATE" in q["sql"]]
+    assert locked and all('FOR UPDATE OF "approvals_plan"' in sql for sql in locked), locked
+
+
+def test_a_claim_under_policies_reads_the_agent_with_the_plan(
+    upstream, make_plan, demo_policies, run, executor_key
+):
+    plan = make_plan(input=ROUTINE)
+    assert plan.status == PlanStatus.APPROVED and plan.policy["mode"] == "policy"
+    with CaptureQueriesContext(connection) as ctx:
+        assert run(plan) == PlanStatus.COMPLETED
+    assert selects_from(ctx.captured_queries, "actions_agent") == []
+    locked = [q["sql"] for q in ctx.captured_queries if "FOR UPDATE" in q["sql"]]
+    assert locked and all('FOR UPDATE OF "approvals_plan"' in sql for sql in locked), locked
