@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from actions.cache import snapshot as catalog_snapshot
 from actions.fingerprint import plan_fingerprint_matches
 from actions.lib import dispatch
 from actions.lib.actors import SYSTEM, user_actor
@@ -87,7 +88,9 @@ def approval_record(
     # Spent now, whatever happens next: a signing request is good for one attempt.
     issued = approval_nonce_take(nonce) if approving else None
     now = timezone.now()
-    with transaction.atomic():
+    # One decision sees the catalog as of one moment: the decision rules, the groups'
+    # requirement and the policy set under one read of its generation (actions/cache.py).
+    with catalog_snapshot(), transaction.atomic():
         plan = _locked_undecided(plan_id)
         # A refusal is audited and committed with whatever it recorded, then raised.
         failure = _plan_refusal(plan, reviewer, decision, fingerprint_seen, now=now)

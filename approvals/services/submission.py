@@ -165,13 +165,42 @@ def _plan_submit(
     requester: dict | None = None,
 ) -> tuple[Plan, Replay | None]:
     """plan_submit's steps, in order: validate, reserve the key, preview, judge, route,
-    fingerprint, store (or give back the plan it repeats), hand on."""
+    fingerprint, store (or give back the plan it repeats), hand on.
+
+    One submission sees the catalog as of one moment (actions/cache.py: snapshot): the
+    action, the allow-lists, the credential, the decision rules and the policy set are
+    all looked up under the generation read once here. Nothing here changes the catalog
+    but a connector kind recording what an upstream now serves (an MCP tool that changed),
+    and that refuses the submission."""
     with catalog_snapshot():
-        action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
-        # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
-        check_allow_lists(agent, action, values)
-        client = kind_of(action.connector).reader(action.connector)
-        notify = notifications_wanted()
+        return _plan_submit_steps(
+            agent=agent,
+            action_name=action_name,
+            input=input,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            use_grants=use_grants,
+            correlation_id=correlation_id,
+            requester=requester,
+        )
+
+
+def _plan_submit_steps(
+    *,
+    agent: Agent,
+    action_name: str,
+    input: Any,
+    reason: str,
+    idempotency_key: str | None,
+    use_grants: bool,
+    correlation_id: uuid.UUID,
+    requester: dict | None = None,
+) -> tuple[Plan, Replay | None]:
+    action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
+    # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
+    check_allow_lists(agent, action, values)
+    client = kind_of(action.connector).reader(action.connector)
+    notify = notifications_wanted()
     reason = _checked_reason(reason)
     reservation = None
     if idempotency_key:
