@@ -120,7 +120,9 @@ def b9_mcp(d, sizes, say) -> dict:
         "reason": "bench",
     }
     half = sizes.b1_seconds / sizes.b1_alternations
-    runs: dict[str, list[dict]] = {"submit": [], "direct": []}
+    runs: dict[str, list[dict]] = {"submit": [], "direct": [], "http": []}
+    contacts = d.contacts(sizes.b1_contacts)
+    http_offset = 0
     started_during = 0
     previews = 0
     offset = 0
@@ -162,6 +164,24 @@ def b9_mcp(d, sizes, say) -> dict:
                 }
             )
         )
+        # The same submission on the demo's HTTP upstream, in the same alternation: what
+        # fronting an MCP server costs beside fronting an HTTP API.
+        say(f"B9 submit through the HTTP upstream {half:g} s x{sizes.b1_concurrency}")
+        run = d.load(
+            {
+                "mode": "submit",
+                "path": "/api/v1/plans",
+                "contacts": contacts,
+                "offset": http_offset,
+                "seconds": half,
+                "concurrency": sizes.b1_concurrency,
+                "tag": f"b9h{round_}",
+                "warmup": 1.0,
+            }
+        )
+        http_offset = run["next"]
+        run.pop("plans", None)
+        runs["http"].append(run)
     out: dict = {"concurrency": sizes.b1_concurrency, "seconds": sizes.b1_seconds}
     for name, parts in runs.items():
         count = sum(p["count"] for p in parts)
@@ -178,6 +198,7 @@ def b9_mcp(d, sizes, say) -> dict:
             "p50_ms": latencies[len(latencies) // 2] if latencies else 0.0,
         }
     out["ratio"] = out["submit"]["per_second"] / max(out["direct"]["per_second"], 1e-9)
+    out["of_http"] = out["submit"]["per_second"] / max(out["http"]["per_second"], 1e-9)
     out["previews_after_warmup"] = previews
     out["processes_started"] = started_during
     out["processes_per_1000"] = started_during * 1000 / max(previews, 1)

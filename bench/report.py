@@ -1062,6 +1062,14 @@ def _b9_text(b9: dict) -> str:
             ", ".join(f"{k}: {v}" for k, v in b9["submit"]["errors"].items()) or "none",
         ],
         [
+            "the same submission on the demo's HTTP upstream",
+            f"{b9['http']['count']:,}" if "http" in b9 else "–",
+            fmt(b9["http"]["per_second"]) if "http" in b9 else "–",
+            fmt(b9["http"]["p50_ms"]) if "http" in b9 else "–",
+            ", ".join(f"{k}: {v}" for k, v in b9.get("http", {}).get("errors", {}).items())
+            or "none",
+        ],
+        [
             "direct MCP client, read_text_file",
             f"{b9['direct']['count']:,}",
             fmt(b9["direct"]["per_second"]),
@@ -1077,7 +1085,8 @@ official MCP client calling the same tool on one kept session, alternating, in t
 
 {table(["", "calls", "per second", "p50 ms", "errors"], rows)}
 
-Ratio **{fmt(b9["ratio"], 2)}** (budget ≥ {b9["budget_ratio"]:g}). Server processes the web
+Ratio **{fmt(b9["ratio"], 2)}** (budget ≥ {b9["budget_ratio"]:g}); against the same
+submission on an HTTP upstream, {fmt(b9.get("of_http", 0), 2)}. Server processes the web
 processes started after the warm-up: **{b9["processes_started"]}** over
 {b9["previews_after_warmup"]:,} previews ({b9["processes_per_1000"]:g} per 1,000; must be 0).
 """
