@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from actions.lib.audit import audit_record
@@ -36,11 +37,16 @@ def tool_digest(tool: dict[str, Any]) -> str:
 
 def record_seen(connector, tool: dict[str, Any], digest: str) -> None:
     """Keep what the server serves now beside the confirmed definition, for review (one
-    conditional UPDATE or INSERT; nothing when it is already recorded)."""
+    conditional UPDATE or INSERT; nothing when it is already recorded).
+
+    A pin nobody confirmed yet keeps the definition it first saw (an import's): the
+    person confirming an imported action pins what they reviewed, and a server that
+    changed meanwhile is caught at the next plan, against that pin."""
     name = tool["name"]
     now = timezone.now()
     updated = (
         ToolPin.objects.filter(connector_id=connector.pk, tool=name)
+        .filter(Q(digest__gt="") | Q(seen_digest=""))
         .exclude(seen_digest=digest)
         .update(seen_definition=tool_definition(tool), seen_digest=digest, seen_at=now)
     )
@@ -107,12 +113,18 @@ def tools_confirm_seen(connector, names: tuple[str, ...] | list[str], *, actor: 
     return pinned
 
 
-def pin_confirm_seen(pin: ToolPin, *, actor: str) -> bool:
+def pin_confirm_seen(pin: ToolPin, *, actor: str, shown: str | None = None) -> bool:
     """A person confirms the definition a pin last saw served (the admin's "Confirm this
-    definition"). Audited; False when there is nothing new to confirm."""
+    definition"). ``shown``: the digest of the definition the person was shown; when the
+    server's definition moved on since, nothing is confirmed. Audited; False when
+    nothing was confirmed."""
     with transaction.atomic():
         pin = ToolPin.objects.select_for_update().select_related("connector").get(pk=pin.pk)
         if not pin.seen_definition or pin.seen_digest == pin.digest:
+            return False
+        if shown is not None and shown != pin.seen_digest:
+            # What the person was shown is no longer what was served: they confirm nothing
+            # they did not see.
             return False
         pin_set(pin, pin.seen_definition, actor=actor)
     return True

@@ -91,12 +91,20 @@ class ToolPinAdmin(ReadOnlyAdmin):
         if not self.may_confirm(request):
             raise PermissionDenied
         pin = get_object_or_404(ToolPin.objects.select_related("connector"), pk=pk)
-        if pin_confirm_seen(pin, actor=user_actor(request.user)):
+        shown = request.POST.get("seen_digest", "")
+        if pin_confirm_seen(pin, actor=user_actor(request.user), shown=shown):
             self.message_user(
                 request,
                 f"{pin.connector.name}: {pin.tool} confirmed as served; plans approved "
                 "under the previous definition will be refused.",
                 messages.SUCCESS,
+            )
+        elif shown != pin.seen_digest:
+            self.message_user(
+                request,
+                "The server's definition changed since this page was shown: review the "
+                "difference again. Nothing was confirmed.",
+                messages.WARNING,
             )
         else:
             self.message_user(request, "Nothing new to confirm.", messages.WARNING)

@@ -91,7 +91,9 @@ def test_the_difference_is_escaped_and_the_button_shown(client, pin):
 
 def test_confirming_sets_the_pin_from_what_was_served_and_is_audited(client, pin):
     client.force_login(catalog_admin())
-    response = client.post(confirm_url(pin))
+    page = client.get(detail_url(pin)).content.decode()
+    assert f'name="seen_digest" value="{pin.seen_digest}"' in page
+    response = client.post(confirm_url(pin), {"seen_digest": pin.seen_digest})
     assert response.status_code == 302
     pin.refresh_from_db()
     assert pin.definition == SERVED and pin.digest == tool_digest(SERVED)
@@ -100,6 +102,20 @@ def test_confirming_sets_the_pin_from_what_was_served_and_is_audited(client, pin
     assert event.data["tool"] == "echo" and event.data["previous"] == tool_digest(CONFIRMED)
     page = client.get(detail_url(pin))
     assert "Confirm this definition" not in page.content.decode()
+
+
+def test_a_definition_that_moved_on_since_the_page_was_shown_is_not_confirmed(client, pin):
+    """The admin confirms what they were shown: if the server served another definition
+    since (recorded by a submission meanwhile), the POST confirms nothing."""
+    client.force_login(catalog_admin())
+    shown = pin.seen_digest
+    moved = {**SERVED, "description": "Echo, and also mail it out"}
+    ToolPin.objects.filter(pk=pin.pk).update(seen_definition=moved, seen_digest=tool_digest(moved))
+    response = client.post(confirm_url(pin), {"seen_digest": shown}, follow=True)
+    assert "changed since this page was shown" in response.content.decode()
+    pin.refresh_from_db()
+    assert pin.digest == tool_digest(CONFIRMED), "nothing was confirmed"
+    assert not AuditEvent.objects.filter(kind="tool.confirmed").exists()
 
 
 def test_confirming_needs_a_post_csrf_and_the_permission(pin):

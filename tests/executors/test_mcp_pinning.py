@@ -20,7 +20,12 @@ import pytest
 from django.core.management import call_command
 
 from actions.catalog import load_catalog
-from actions.connectors.mcp.pins import tools_confirm
+from actions.connectors.mcp.pins import (
+    ToolChanged,
+    ToolNotConfirmed,
+    pinned_digests,
+    tools_confirm,
+)
 from actions.connectors.mcp.reading import McpReader
 from actions.connectors.mcp.servers import NO_AUTH
 from actions.connectors.mcp.sessions import pool_clear
@@ -178,3 +183,54 @@ def test_after_an_admin_confirms_the_difference_new_plans_pass(notes, approve, r
     assert plan.status == PlanStatus.COMPLETED, plan.outcome_detail
     assert files["note"].read_text() == "new\n"
     assert calls(files).count("write_note") == 1
+
+
+def test_a_change_between_import_and_confirmation_is_caught_not_pinned(db, tmp_path):
+    """The server changes a tool after it was imported and before a person confirms the
+    import: a submission meanwhile is refused (not confirmed) and does not replace what
+    the import saw, so the confirmation pins what the person reviewed, and the next
+    submission is refused as a changed tool, with the new definition kept for review."""
+    pool_clear()
+    change = tmp_path / "change.txt"
+    env = {"NOTE_FILE": str(tmp_path / "note.txt"), "CHANGE_FILE": str(change)}
+    (tmp_path / "note.txt").write_text("first\n")
+    load_catalog(
+        json.dumps(
+            {
+                "version": 1,
+                "connectors": {
+                    "notes": {
+                        "mcp": {"command": sys.executable, "args": [str(HOSTILE)], "env": env}
+                    }
+                },
+            }
+        )
+    )
+    try:
+        call_command("import_mcp", "notes", "--tool", "write_note", stdout=StringIO())
+        imported = ToolPin.objects.get(connector__name="notes", tool="write_note")
+        seen = imported.seen_digest
+        assert seen and not imported.digest
+        staged = change.with_suffix(".tmp")
+        staged.write_text(RUG_PULL)
+        os.replace(staged, change)
+        connector = Connector.objects.get(name="notes")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            tool = next(t for t in McpReader(connector).tools() if t["name"] == "write_note")
+            if tool.get("description") == RUG_PULL:
+                break
+            time.sleep(0.05)
+        # The change reaches the pin only as a refusal, never as what gets confirmed.
+        with pytest.raises(ToolNotConfirmed):
+            pinned_digests(connector, ("write_note",), McpReader(connector).tools())
+        assert ToolPin.objects.get(pk=imported.pk).seen_digest == seen
+        call_command("confirm_class", "notes_write_note", stdout=StringIO())
+        pin = ToolPin.objects.get(pk=imported.pk)
+        assert pin.digest == seen, "what the import saw is pinned"
+        with pytest.raises(ToolChanged):
+            pinned_digests(connector, ("write_note",), McpReader(connector).tools())
+        pin.refresh_from_db()
+        assert pin.drifted and pin.seen_definition["description"] == RUG_PULL
+    finally:
+        pool_clear()
