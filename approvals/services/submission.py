@@ -153,6 +153,7 @@ def plan_submit(
         SUBMIT_LATENCY.labels(result=result).observe(time.perf_counter() - started)
 
 
+@catalog_snapshot()
 def _plan_submit(
     *,
     agent: Agent,
@@ -172,30 +173,6 @@ def _plan_submit(
     all looked up under the generation read once here. Nothing here changes the catalog
     but a connector kind recording what an upstream now serves (an MCP tool that changed),
     and that refuses the submission."""
-    with catalog_snapshot():
-        return _plan_submit_steps(
-            agent=agent,
-            action_name=action_name,
-            input=input,
-            reason=reason,
-            idempotency_key=idempotency_key,
-            use_grants=use_grants,
-            correlation_id=correlation_id,
-            requester=requester,
-        )
-
-
-def _plan_submit_steps(
-    *,
-    agent: Agent,
-    action_name: str,
-    input: Any,
-    reason: str,
-    idempotency_key: str | None,
-    use_grants: bool,
-    correlation_id: uuid.UUID,
-    requester: dict | None = None,
-) -> tuple[Plan, Replay | None]:
     action, values = plan_validate_input(agent=agent, action_name=action_name, input=input)
     # Allow-lists need no read: refuse out-of-scope input before touching the upstream.
     check_allow_lists(agent, action, values)

@@ -4,6 +4,7 @@ fronting them would write: the filesystem, memory and git servers over stdio, th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 CARD = {
@@ -279,3 +280,19 @@ def everything_catalog(url: str, headers: dict[str, str]) -> dict[str, Any]:
             ),
         },
     }
+
+
+def load_confirmed(document: dict[str, Any], connector: str):
+    """Load ``document`` and confirm, as an admin would, every tool its actions on
+    ``connector`` use, as the server serves them now; returns the connector and the
+    tools pinned."""
+    from actions.catalog import load_catalog
+    from actions.connectors.mcp.pins import tools_confirm
+    from actions.connectors.mcp.reading import McpReader
+    from actions.models import Connector
+
+    load_catalog(json.dumps(document))
+    row = Connector.objects.get(name=connector)
+    with McpReader(row) as reader:
+        pinned = tools_confirm(row, reader.tools(), names=None, actor="admin")
+    return row, pinned

@@ -12,14 +12,10 @@ import re
 import anyio
 import pytest
 
-from actions.catalog import load_catalog
-from actions.connectors.mcp.pins import tools_confirm
-from actions.connectors.mcp.reading import McpReader
 from actions.connectors.mcp.sessions import pool_clear
-from actions.models import Connector
 from actions.services import agent_create
 from approvals.models import Plan, PlanStatus
-from tests.executors.mcp_catalogs import memory_catalog
+from tests.executors.mcp_catalogs import load_confirmed, memory_catalog
 from tests.mcp.conftest import in_process  # noqa: F401  (fixture)
 from tests.mcp.upstreams.servers import memory_server
 
@@ -48,10 +44,7 @@ def memory_file(tmp_path):
 def token(db, memory_file):
     pool_clear()
     server = memory_server(memory_file)
-    load_catalog(json.dumps(memory_catalog(server.command, server.args, server.env)))
-    connector = Connector.objects.get(name="memory")
-    with McpReader(connector) as reader:
-        tools_confirm(connector, reader.tools(), names=None, actor="admin")
+    connector, _ = load_confirmed(memory_catalog(server.command, server.args, server.env), "memory")
     _, token = agent_create(
         name="assistant", action_names=["memory_observe", "memory_delete"], active=True
     )

@@ -16,15 +16,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from actions.catalog import load_catalog
-from actions.connectors.mcp.pins import tools_confirm
 from actions.connectors.mcp.reading import McpReader, ReadRefused
 from actions.connectors.mcp.sessions import pool_clear
 from actions.models import Connector
 from actions.services import agent_create
 from approvals.models import Plan, PlanStatus
 from approvals.services import plan_submit
-from tests.executors.mcp_catalogs import everything_catalog
+from tests.executors.mcp_catalogs import everything_catalog, load_confirmed
 from tests.mcp.upstreams.servers import everything_http
 
 pytestmark = pytest.mark.usefixtures("executor_key")
@@ -109,10 +107,7 @@ def url(recorder):
 @pytest.fixture
 def agent(db, url):
     pool_clear()
-    load_catalog(json.dumps(everything_catalog(url, dict([HEADER]))))
-    connector = Connector.objects.get(name="everything")
-    with McpReader(connector) as reader:
-        tools_confirm(connector, reader.tools(), names=None, actor="admin")
+    connector, _ = load_confirmed(everything_catalog(url, dict([HEADER])), "everything")
     agent, _ = agent_create(name="caller", action_names=["ev_weather", "ev_logging"], active=True)
     yield agent
     pool_clear()

@@ -8,19 +8,15 @@ over stdio, kept in this process's session pool."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from actions.catalog import load_catalog
-from actions.connectors.mcp.pins import tools_confirm
 from actions.connectors.mcp.reading import McpReader, ReadRefused
 from actions.connectors.mcp.sessions import pool_clear
 from actions.models import Connector
 from actions.services import agent_create
 from approvals.models import Plan, PlanStatus
 from approvals.services import plan_submit
-from tests.executors.mcp_catalogs import filesystem_catalog
+from tests.executors.mcp_catalogs import filesystem_catalog, load_confirmed
 from tests.mcp.upstreams.servers import filesystem_server
 
 pytestmark = pytest.mark.usefixtures("executor_key")
@@ -36,10 +32,7 @@ def root(tmp_path):
 def files(db, root):
     pool_clear()
     server = filesystem_server(root)
-    load_catalog(json.dumps(filesystem_catalog(server.command, server.args)))
-    connector = Connector.objects.get(name="files")
-    with McpReader(connector) as reader:
-        tools_confirm(connector, reader.tools(), names=None, actor="admin")
+    connector, _ = load_confirmed(filesystem_catalog(server.command, server.args), "files")
     agent, _ = agent_create(
         name="writer", action_names=["fs_read", "fs_write", "fs_create", "fs_edit"], active=True
     )

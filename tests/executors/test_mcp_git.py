@@ -18,14 +18,13 @@ import pytest
 
 from actions.catalog import load_catalog
 from actions.connectors.base import TargetNotFound
-from actions.connectors.mcp.pins import tools_confirm
 from actions.connectors.mcp.reading import McpReader
 from actions.connectors.mcp.sessions import pool_clear
 from actions.models import Connector
 from actions.services import agent_create
 from approvals.models import Plan, PlanStatus
 from approvals.services import plan_submit
-from tests.executors.mcp_catalogs import git_catalog, memory_catalog
+from tests.executors.mcp_catalogs import git_catalog, load_confirmed, memory_catalog
 from tests.mcp.upstreams.servers import git_server, memory_server
 
 pytestmark = pytest.mark.usefixtures("executor_key")
@@ -58,10 +57,7 @@ def repo(tmp_path):
 def agent(db, repo):
     pool_clear()
     server = git_server(repo)
-    load_catalog(json.dumps(git_catalog(server.command, server.args)))
-    connector = Connector.objects.get(name="git")
-    with McpReader(connector) as reader:
-        tools_confirm(connector, reader.tools(), names=None, actor="admin")
+    connector, _ = load_confirmed(git_catalog(server.command, server.args), "git")
     agent, _ = agent_create(name="writer", action_names=["git_branch", "git_commit"], active=True)
     yield agent
     pool_clear()

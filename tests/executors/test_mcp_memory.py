@@ -16,15 +16,13 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
 
-from actions.catalog import load_catalog
-from actions.connectors.mcp.pins import tools_confirm
 from actions.connectors.mcp.reading import McpReader
 from actions.connectors.mcp.sessions import pool_clear
 from actions.models import Connector
 from actions.services import agent_create
 from approvals.models import Plan, PlanStatus
 from approvals.services import plan_submit
-from tests.executors.mcp_catalogs import memory_catalog
+from tests.executors.mcp_catalogs import load_confirmed, memory_catalog
 from tests.mcp.upstreams.servers import memory_server
 
 pytestmark = pytest.mark.usefixtures("executor_key")
@@ -50,10 +48,9 @@ def memory_file(tmp_path):
 def memory(db, memory_file):
     pool_clear()
     server = memory_server(memory_file)
-    load_catalog(json.dumps(memory_catalog(server.command, server.args, server.env)))
-    connector = Connector.objects.get(name="memory")
-    with McpReader(connector) as reader:
-        confirmed = tools_confirm(connector, reader.tools(), names=None, actor="admin")
+    connector, confirmed = load_confirmed(
+        memory_catalog(server.command, server.args, server.env), "memory"
+    )
     assert confirmed, "the catalog's tools are confirmed by a person"
     agent, _ = agent_create(
         name="writer",
