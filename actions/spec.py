@@ -177,7 +177,8 @@ class ResultField:
     type: str  # "string" | "integer" | "number" | "boolean"
     pointer: str = ""  # into the answer's body; or
     header: str = ""  # a response header; or
-    status: bool = False  # the answer's HTTP status
+    status: bool = False  # the answer's HTTP status; or
+    text: bool = False  # the answer's whole text (an MCP tool's text content)
     max_length: int = 200  # strings longer than this are not returned
     enum: tuple[Any, ...] = ()
 
@@ -466,6 +467,7 @@ def _results(d: dict[str, Any]) -> tuple[ResultField, ...]:
             pointer=f.get("pointer", ""),
             header=f.get("header", ""),
             status=bool(f.get("status", False)),
+            text=bool(f.get("text", False)),
             max_length=int(f.get("max_length", 200)),
             enum=tuple(f.get("enum") or ()),
         )

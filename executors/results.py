@@ -34,6 +34,8 @@ def project(
             value = response.status
         elif spec.header:
             value = response.header(spec.header)
+        elif spec.text:
+            value = response.body.decode("utf-8", "replace")
         else:
             if not parsed:
                 parsed = True

@@ -528,14 +528,19 @@ def _read_outcome(claim: Claim, response) -> tuple[str, str, dict | None, list[s
     refusal = kind_of(claim.plan.action.connector).read_refusal(spec, response)
     if refusal is not None:
         return PlanStatus.REJECTED, refusal, None, []
+    scope = claim.plan.action.definition.get("scope") or []
     try:
         body = response.json()
-    except CanonicalJSONError:
-        return PlanStatus.REJECTED, "the upstream's answer is not usable JSON", None, []
-    scope = claim.plan.action.definition.get("scope") or []
-    failing = first_failing(scope, body, claim.plan.agent.attributes or {})
-    if failing is not None:
-        return PlanStatus.REJECTED, f"out of scope: {rule_text(failing)}", None, []
+    except (CanonicalJSONError, ValueError):
+        # An answer that is text and not JSON (an MCP tool's) serves only a read that
+        # declares nothing but its whole text and has no scope rule to apply to it.
+        if scope or not spec.result or not all(field.text for field in spec.result):
+            return PlanStatus.REJECTED, "the upstream's answer is not usable JSON", None, []
+        body = None
+    if scope:
+        failing = first_failing(scope, body, claim.plan.agent.attributes or {})
+        if failing is not None:
+            return PlanStatus.REJECTED, f"out of scope: {rule_text(failing)}", None, []
     result, notes = project(spec.result, response)
     return PlanStatus.COMPLETED, "read", result, notes
 

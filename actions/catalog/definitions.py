@@ -327,6 +327,8 @@ def _check_reads_and_results(
         where = f"/result/{escape_pointer_token(name)}"
         if "max_length" in spec and spec["type"] != "string":
             problem(f"{where}/max_length", "max_length is for string fields")
+        if spec.get("text") and spec["type"] != "string":
+            problem(f"{where}/type", "the answer's text is a string field")
     promise = result_promise_problem(action.get("card") or {}, result)
     if action.get("enabled", True) and promise:
         problem("/result", promise)

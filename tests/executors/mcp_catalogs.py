@@ -222,6 +222,18 @@ def git_catalog(command: str, args: list[str]) -> dict[str, Any]:
                 target="{repo_path} branch {branch_name}",
                 preview={"recipe": "none"},
             ),
+            # A read tool that answers plain text: the agent receives that text, as the
+            # one string field it declares (filtered and cut like any other).
+            "git_status": action(
+                "git",
+                "git_status",
+                "read",
+                "observation",
+                {"repo_path": PATH},
+                result={"status": {"type": "string", "text": True, "max_length": 2000}},
+                approval="none",
+                card={**CARD, "result": "The working tree's status (status)."},
+            ),
             "git_commit": action(
                 "git",
                 "git_commit",

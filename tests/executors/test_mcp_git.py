@@ -58,7 +58,9 @@ def agent(db, repo):
     pool_clear()
     server = git_server(repo)
     connector, _ = load_confirmed(git_catalog(server.command, server.args), "git")
-    agent, _ = agent_create(name="writer", action_names=["git_branch", "git_commit"], active=True)
+    agent, _ = agent_create(
+        name="writer", action_names=["git_branch", "git_commit", "git_status"], active=True
+    )
     yield agent
     pool_clear()
 
@@ -159,3 +161,18 @@ def test_the_git_server_and_a_node_server_speak_two_protocol_eras(agent, tmp_pat
             reader.tools()
             eras[name] = reader._session().protocol_version
     assert eras == {"git": "2026-07-28", "memory": "2025-11-25"}
+
+
+def test_a_plain_text_read_gives_the_agent_its_text_as_the_declared_field(agent, repo, run):
+    """git_status answers plain text: declared as the one ``text`` field, it reaches the
+    agent whole, filtered and cut like any string field, and nothing is written."""
+    (repo / "new.txt").write_text("x\n")
+    before = git(repo, "status", "--porcelain")
+    plan = submit(agent, "git_status", repo_path=str(repo))
+    assert plan.status == PlanStatus.APPROVED, "an observation its action lets run at once"
+    run(plan)
+    plan.refresh_from_db()
+    assert plan.status == PlanStatus.COMPLETED, plan.outcome_detail
+    status = plan.result["status"]
+    assert status.startswith("Repository status:") and "new.txt" in status
+    assert git(repo, "status", "--porcelain") == before, "a read changes nothing"
