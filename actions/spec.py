@@ -245,8 +245,7 @@ class McpSpec:
         return {**self.render_arguments(values), self.dry_argument: self.dry_value}
 
     def real_arguments(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The call that writes: a dry-run tool's flag is sent explicitly the other way,
-        never left to the server's default."""
+        """The call that writes: a dry-run flag is sent set the other way, never left out."""
         arguments = self.render_arguments(values)
         if self.recipe == "dry_run":
             arguments[self.dry_argument] = not self.dry_value
@@ -445,9 +444,8 @@ def _approval(d: dict[str, Any], kind: str) -> ApprovalSpec:
         approvers=int(a.get("approvers", defaults["approvers"])),
         approval_ttl=int(a.get("approval_ttl", defaults["approval_ttl"])),
         plan_ttl=int(a.get("plan_ttl", settings.COUNTERSIGN_PLAN_TTL_SECONDS)),
-        # Never for external or irreversible actions, nor for a sensitive read,
-        # whatever the file says (the loader refuses it too).
-        # Nor for an action whose approvals must be signed: a grant signs nothing.
+        # Never for external or irreversible actions, a sensitive read, or an action
+        # whose approvals must be signed (a grant signs nothing), whatever the file says.
         session_grant=bool(a.get("session_grant", defaults["session_grant"]))
         and not a.get("signed", cls_name in settings.COUNTERSIGN_SIGNED_APPROVAL_CLASSES)
         and cls_name in ("observation", "reversible")
