@@ -16,12 +16,12 @@ from actions.connectors.mcp.sessions import pool_clear
 from actions.services import agent_create
 from approvals.models import Plan, PlanStatus
 from tests.executors.mcp_catalogs import load_confirmed, memory_catalog
+from tests.executors.test_mcp_memory import ALICE, graph, memory_file  # noqa: F401
 from tests.mcp.conftest import in_process  # noqa: F401  (fixture)
 from tests.mcp.upstreams.servers import memory_server
 
 pytestmark = pytest.mark.usefixtures("executor_key")
 
-ALICE = {"type": "entity", "name": "alice", "entityType": "person", "observations": ["likes tea"]}
 PAIRED = {
     "recipe": "paired_read",
     "strength": "strong",
@@ -29,19 +29,8 @@ PAIRED = {
 }
 
 
-def graph(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 @pytest.fixture
-def memory_file(tmp_path):
-    path = tmp_path / "memory.jsonl"
-    path.write_text(json.dumps(ALICE) + "\n")
-    return path
-
-
-@pytest.fixture
-def token(db, memory_file):
+def token(db, memory_file):  # noqa: F811 - the memory tests' fixture
     pool_clear()
     server = memory_server(memory_file)
     connector, _ = load_confirmed(memory_catalog(server.command, server.args, server.env), "memory")
@@ -60,7 +49,12 @@ def plan_page(client, reviewer, plan: Plan) -> str:
 
 
 def test_proposed_through_the_api_approved_and_executed(
-    client, token, memory_file, reviewer, approve, run
+    client,
+    token,
+    memory_file,  # noqa: F811
+    reviewer,
+    approve,
+    run,
 ):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     body = {
@@ -107,7 +101,7 @@ def test_proposed_through_the_api_approved_and_executed(
 def test_proposed_through_countersigns_mcp_server_approved_and_executed(
     in_process,  # noqa: F811
     token,
-    memory_file,
+    memory_file,  # noqa: F811
     client,
     reviewer,
     approve,

@@ -6,6 +6,7 @@ headers to the Streamable HTTP requests."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from actions.lib.redaction import remember_secrets
@@ -69,12 +70,30 @@ def server_spec(connector, auth: McpAuth) -> ServerSpec:
     )
 
 
+# The preview side's server for each connector, kept per process so a submission does not
+# open the read secret again: keyed by everything that shapes it (the connector's server
+# and timeouts, the credential and its ciphertext), so a rotated or edited one is never
+# served from an old entry.
+_read_servers: dict[int, tuple[tuple, ServerSpec]] = {}
+
+
 def read_server(connector, credential) -> ServerSpec:
     """The preview side's server: the read credential, or none."""
+    key = (
+        json.dumps(connector.server, sort_keys=True),
+        connector.connect_timeout,
+        connector.read_timeout,
+        None if credential is None else (str(credential.pk), bytes(credential.ciphertext)),
+    )
+    kept = _read_servers.get(connector.pk)
+    if kept is not None and kept[0] == key:
+        return kept[1]
     if credential is None:
-        return server_spec(connector, NO_AUTH)
-    try:
-        auth = credential_auth(credential, open_read_secret(credential))
-        return server_spec(connector, auth)
-    except VaultError as exc:
-        raise PreviewError(f"the read credential cannot be used: {exc}") from None
+        spec = server_spec(connector, NO_AUTH)
+    else:
+        try:
+            spec = server_spec(connector, credential_auth(credential, open_read_secret(credential)))
+        except VaultError as exc:
+            raise PreviewError(f"the read credential cannot be used: {exc}") from None
+    _read_servers[connector.pk] = (key, spec)
+    return spec
