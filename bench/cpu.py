@@ -207,10 +207,11 @@ def meter_for(d: Any, backends: Backends) -> Meter:
     )
 
 
-def settle(ids: list[str], timeout: float, terminal: bool = True) -> dict[str, int]:
+def settle(ids: list[str], timeout: float, terminal: bool = True) -> tuple[dict[str, int], float]:
     """Wait until every plan is terminal (unless ``terminal`` is false: submit-only),
     then until the audit trail is sealed (the workers seal every plan's events); returns
-    the statuses counted."""
+    the statuses counted and when (``time.monotonic()``) the last plan was seen terminal,
+    polled every 0.05 s."""
     from actions.lib.checkpoints import audit_unsealed_age
     from approvals.models import Plan
 
@@ -221,13 +222,14 @@ def settle(ids: list[str], timeout: float, terminal: bool = True) -> dict[str, i
             break
         if time.monotonic() > deadline:
             break
-        time.sleep(0.25)
+        time.sleep(0.05)
+    reached = time.monotonic()
     while audit_unsealed_age() > 0 and time.monotonic() < deadline:
         time.sleep(0.25)
     counts: dict[str, int] = {}
     for status in found.values():
         counts[status] = counts.get(status, 0) + 1
-    return counts
+    return counts, reached
 
 
 def reviewer_lanes(plans: list[dict], reviewers: int = 4) -> list[dict]:
@@ -276,17 +278,19 @@ def run_path(
     commits0 = backends.commits()
     meter = meter_for(d, backends)
     meter.start()
+    began = time.monotonic()
     plans = d.load(job)["plans"]
     if path == "decided":
         steps["submit"] = meter.stop()
         lanes = reviewer_lanes(plans)
         meter = meter_for(d, backends)
         meter.start()
+        began = time.monotonic()
         decided = d.load({"mode": "decide", "lanes": lanes})
         if any(int(code) >= 400 for code in decided["http"]):
             raise RuntimeError(f"decisions failed: {decided['http']}")
     ids = [p["id"] for p in plans]
-    statuses = settle(ids, 120 + n, terminal=path != "submit")
+    statuses, reached = settle(ids, 120 + n, terminal=path != "submit")
     backends.exclude.add(own_backend_pid())
     last = meter.stop()
     if path == "decided":
@@ -306,6 +310,9 @@ def run_path(
         "ms_per_plan_gross": per_plan(total, len(plans)),
         "ms_per_plan": per_plan(net_of(total, floor), len(plans)),
         "xact_per_plan": commits / max(len(plans), 1),
+        # Plans a second through the timed step: submissions (submit), effects from the
+        # first decision posted (decided), effects from the first submission (policy).
+        "per_second": len(plans) / max(reached - began, 1e-6),
     }
 
 
@@ -522,7 +529,8 @@ def cpu_per_plan(d: Any, quick: bool, out_dir: Path, profile: bool = True) -> di
             ms = got["ms_per_plan"]
             say(
                 f"  web {ms['web']:.1f}, workers {ms['workers']:.1f}, PostgreSQL "
-                f"{ms['postgresql']:.1f}, Redis {ms['redis']:.1f} = {ms['total']:.1f} ms per plan"
+                f"{ms['postgresql']:.1f}, Redis {ms['redis']:.1f} = {ms['total']:.1f} ms per plan, "
+                f"{got['per_second']:.0f} plans/s"
             )
         if profile:
             say("CPU per plan: profiles (py-spy on the web and worker processes)")
@@ -565,6 +573,10 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
+def _rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
+
+
 def _queries(steps: dict[str, float], before: dict[str, float] | None = None) -> str:
     """``submit 9 + decide 16 (before 17)``: the before's count where it differs."""
     before = before or {}
@@ -601,10 +613,11 @@ def report_section(r: dict) -> str:
                 _queries(now.get("queries_per_step", {}), b.get("queries_per_step")),
                 _ms(b.get("ms_per_plan", {}).get("total")),
                 _ms(after["paths"][path]["ms_per_plan"]["total"] if after else None),
+                _rate(now.get("per_second")),
             ]
         )
     header = ["path", "web ms/plan", "worker ms/plan", "PostgreSQL ms/plan", "Redis ms/plan"]
-    header += ["total", "queries per step", "total before", "total after"]
+    header += ["total", "queries per step", "total before", "total after", "plans/s"]
     idle_ms = latest.get("idle_ms_per_second", {})
     which = (
         f"before: {before.get('measured')}, after: {after.get('measured')}"
@@ -625,6 +638,11 @@ queries per step are counted with Django's CaptureQueriesContext over the same v
 and services in the bench process (no pg_stat_statements on the server).
 
 {table(header, rows)}
+
+*plans/s* is the pace of the timed step with 8 agents, 4 reviewers and 2 workers
+(`--concurrency=1` each) on this machine: submissions a second (submit), effects a second
+from the first decision posted to the last plan settled (decided), and effects a second
+from the first submission to the last write verified (policy, no person in the loop).
 
 With nothing moving, the groups take (ms of CPU per second): web {_ms(idle_ms.get("web"))},
 workers {_ms(idle_ms.get("workers"))}, PostgreSQL {_ms(idle_ms.get("postgresql"))}, Redis

@@ -89,7 +89,9 @@ def measured(when: str, total: float) -> dict:
     return {
         "batch": 10,
         "idle_ms_per_second": {},
-        "paths": {"submit": {"ms_per_plan": ms, "queries_per_step": {"submit": 9}}},
+        "paths": {
+            "submit": {"ms_per_plan": ms, "queries_per_step": {"submit": 9}, "per_second": total}
+        },
     }
 
 
@@ -98,7 +100,7 @@ def check_first_run_is_kept_as_before_and_later_runs_fill_after(tmp_path: Path) 
     cpu.record(results, measured("day 1", 20.0))
     assert results[cpu.BEFORE_KEY]["measured"] == "day 1"
     section = cpu.report_section(results)
-    assert "| submit | 20.0 | 0.0 | 0.0 | 0.0 | 20.0 | submit 9 | 20.0 | – |" in section
+    assert "| submit | 20.0 | 0.0 | 0.0 | 0.0 | 20.0 | submit 9 | 20.0 | – | 20 |" in section
 
     path = tmp_path / "results.json"
     path.write_text(json.dumps(results))
@@ -109,7 +111,8 @@ def check_first_run_is_kept_as_before_and_later_runs_fill_after(tmp_path: Path) 
     assert later[cpu.BEFORE_KEY]["measured"] == "day 1"
     section = cpu.report_section(later)
     assert (
-        "| submit | 15.0 | 0.0 | 0.0 | 0.0 | 15.0 | submit 8 (before 9) | 20.0 | 15.0 |" in section
+        "| submit | 15.0 | 0.0 | 0.0 | 0.0 | 15.0 | submit 8 (before 9) | 20.0 | 15.0 | 15 |"
+        in section
     )
 
     # A run that does not measure CPU keeps both as they were.
