@@ -1155,7 +1155,9 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
             out["pages"][name] = {"queries": len(ctx.captured_queries)}
         return out
 
-    def targets(label: str, url: str) -> list[dict]:
+    def targets(servers: dict[str, str]) -> list[dict]:
+        """Each page at each history, the two histories of a page side by side: each
+        request follows one to the other server, at either size alike."""
         return [
             {
                 "name": f"{label} {name}",
@@ -1165,6 +1167,7 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
                 "headers": {"Authorization": headers["HTTP_AUTHORIZATION"]} if headers else {},
             }
             for name, (path, headers) in pages.items()
+            for label, url in servers.items()
         ]
 
     small_target = 1000
@@ -1191,12 +1194,14 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
                 started.append(d.stack.add(proc))
             for proc in started:
                 wait_started(proc, d.args.web_workers)
-            rounds = min(8, sizes.b4_repeat)
+            # One request to each page of each history a round, the order reversed every
+            # other round: a moment of load falls on both histories alike.
+            rounds = sizes.b4_repeat
             say(f"B4 timing both histories in {rounds} alternating rounds")
             timed = d.load(
                 {
                     "mode": "interleave",
-                    "targets": [t for label, url in servers.items() for t in targets(label, url)],
+                    "targets": targets(servers),
                     "repeat": sizes.b4_repeat,
                     "rounds": rounds,
                     "warmup": 5,
