@@ -102,7 +102,7 @@ class Sizes:
     b2_gap: float = 0.1
     b3_plans: int = 400
     b3_workers: tuple[int, ...] = (1, 2, 4)
-    b4_repeat: int = 40
+    b4_repeat: int = 100  # requests per page and history, in as many alternating rounds
     b4_queue: int = 30  # awaiting plans on the queue page
     b5_waiters: int = 1000
     b5_few: int = 20
