@@ -11,6 +11,10 @@ Jobs (``"mode"``):
   ``ready_file`` once every request has been sent; returns when each came back (wall
   clock, to compare with the approver's commit times).
 * ``get``: GET each path ``repeat`` times, one at a time; returns the latencies.
+* ``interleave``: GET each of ``targets`` (``{name, url, path, cookies, headers}``, on
+  servers of their own) ``warmup`` times, then ``repeat`` times in ``rounds`` rounds, a
+  share of each target in every round, the order reversed every other round; returns
+  each name's latencies. Two servers measured this way are measured at the same moments.
 * ``decide``: reviewers approving plans over HTTP, as the review page's form does: one
   lane per reviewer session (``lanes: [{cookies, plans}]``), all lanes at once, each
   posting its plans one after the other; returns every latency and the elapsed time. A
@@ -246,6 +250,44 @@ async def get(job: dict) -> dict:
     return {"latencies": out}
 
 
+async def interleave(job: dict) -> dict:
+    targets = job["targets"]
+    rounds = max(1, job["rounds"])
+    out: dict[str, list[float]] = {t["name"]: [] for t in targets}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(
+                    base_url=t["url"],
+                    headers=t.get("headers", {}),
+                    cookies=t.get("cookies", {}),
+                    timeout=60,
+                )
+            )
+            for t in targets
+        ]
+
+        async def one(i: int) -> float:
+            began = time.perf_counter()
+            response = await clients[i].get(targets[i]["path"])
+            elapsed = (time.perf_counter() - began) * 1000
+            if response.status_code != 200:
+                path = targets[i]["path"]
+                raise RuntimeError(f"GET {path}: {response.status_code} {response.text[:300]}")
+            return elapsed
+
+        for i in range(len(targets)):
+            for _ in range(job["warmup"]):
+                await one(i)
+        for r in range(rounds):
+            share = job["repeat"] // rounds + (1 if r < job["repeat"] % rounds else 0)
+            order = range(len(targets)) if r % 2 == 0 else reversed(range(len(targets)))
+            for i in order:
+                for _ in range(share):
+                    out[targets[i]["name"]].append(await one(i))
+    return {"latencies": out}
+
+
 async def decide(job: dict) -> dict:
     latencies: list[float] = []
     statuses: dict[str, int] = {}
@@ -346,6 +388,7 @@ MODES = {
     "prepare": prepare,
     "wait": wait,
     "get": get,
+    "interleave": interleave,
     "decide": decide,
     "hammer": hammer,
 }

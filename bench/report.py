@@ -210,6 +210,20 @@ def _b2_verification(b2: dict) -> str:
     )
 
 
+def _b4_timing(b4: dict, sizes: dict) -> str:
+    """How B4's latencies were taken: in alternating rounds against a copy of the short
+    history (bench/run.py), or, in results from before that, one size after the other."""
+    timed = b4.get("timed")
+    if not timed:
+        return f"({sizes['b4_repeat']} sequential requests each after a warm-up)"
+    return (
+        f"({sizes['b4_repeat']} requests each after {timed['warmup']} to warm up, in "
+        f"{timed['interleaved_rounds']} rounds alternating between the two histories: the "
+        "short one copied aside before the long one was seeded, served by a web server of "
+        "its own, so both are timed at the same moments on a machine other work shares)"
+    )
+
+
 def markdown(r: dict, images: dict[str, str]) -> str:
     m = r["machine"]
     c = r["config"]
@@ -683,7 +697,7 @@ in {fmt(b4["large"].get("seed_seconds", float("nan")), 0)} s, then `VACUUM ANALY
 checkpoint and a wait for autovacuum to finish). The queue holds the same
 {sizes["b4_queue"]} awaiting plans both times. Query counts are taken in the bench process
 (Django test client, `CaptureQueriesContext`), latencies over HTTP from the load generator
-({sizes["b4_repeat"]} sequential requests each after a warm-up).
+{_b4_timing(b4, sizes)}.
 
 {
                 table(

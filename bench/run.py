@@ -102,7 +102,7 @@ class Sizes:
     b2_gap: float = 0.1
     b3_plans: int = 400
     b3_workers: tuple[int, ...] = (1, 2, 4)
-    b4_repeat: int = 40
+    b4_repeat: int = 100  # requests per page and history, in as many alternating rounds
     b4_queue: int = 30  # awaiting plans on the queue page
     b5_waiters: int = 1000
     b5_few: int = 20
@@ -160,6 +160,15 @@ def say(message: str) -> None:
 
 
 # --- the deployment under test ----------------------------------------------------------
+
+
+def wait_started(proc: Process, workers: int) -> None:
+    """Until each of the web server's ``workers`` processes has started."""
+    deadline = time.monotonic() + 60
+    while proc.log().count("Started server process") < workers:
+        if time.monotonic() > deadline or not proc.alive():
+            raise RuntimeError(f"web workers did not start:\n{proc.log()[-3000:]}")
+        time.sleep(0.2)
 
 
 class Deployment:
@@ -286,11 +295,7 @@ class Deployment:
         n = self.args.web_workers
         proc, self.url = start_web(self.web_env, self.work, name="web", workers=n)
         self.web = self.stack.add(proc)
-        deadline = time.monotonic() + 60
-        while proc.log().count("Started server process") < n:
-            if time.monotonic() > deadline or not proc.alive():
-                raise RuntimeError(f"web workers did not start:\n{proc.log()[-3000:]}")
-            time.sleep(0.2)
+        wait_started(proc, n)
 
     def start_workers(self, count: int) -> None:
         for proc in self.workers:
@@ -1078,7 +1083,40 @@ def _quiesce(cursor, limit: float = 90.0) -> None:
         time.sleep(1.0)
 
 
+def _copy_database(url: str, suffix: str) -> tuple[str, str]:
+    """A copy of the database at ``url`` as it is now (``pg_dump`` into a new scratch
+    database, then ``VACUUM ANALYZE``); returns (its URL, its name). ``CREATE DATABASE
+    ... TEMPLATE`` would need every other session out of the source, and the web and
+    worker processes stay connected to it."""
+    import psycopg
+
+    copy_url, copy_name = scratch_database(url, suffix)
+    dump = subprocess.Popen(
+        ["pg_dump", "--no-owner", "--no-privileges", "--dbname", url], stdout=subprocess.PIPE
+    )
+    subprocess.run(
+        ["psql", "--quiet", "--set", "ON_ERROR_STOP=1", "--dbname", copy_url],
+        stdin=dump.stdout,
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
+    dump.stdout.close()
+    if dump.wait() != 0:
+        raise RuntimeError("pg_dump failed")
+    with psycopg.connect(copy_url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    return copy_url, copy_name
+
+
 def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) -> dict:
+    """The pages with a short history and with a long one, timed at the same moments.
+
+    The short history is copied aside (a database of its own) before the long one is
+    seeded; then a web server on each, started together, is timed in alternating rounds
+    with the same warm-up. Timed one after the other, minutes apart on a machine other
+    work shares, the two medians differed by as much as the machine's load did: 40
+    requests against the next 40 on the same database, a page's median moved by a factor
+    of 0.7 to 1.7."""
     from django.conf import settings
     from django.db import connection
     from django.test import Client
@@ -1101,7 +1139,8 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
         ),
     }
 
-    def measure(size: int) -> dict:
+    def settle(size: int) -> dict:
+        """Seed to ``size`` plans, let PostgreSQL settle, count each page's queries."""
         added = _seed(size, events_per_plan)
         with connection.cursor() as cursor:
             for model in (Plan, AuditEvent):
@@ -1114,25 +1153,68 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
                 response = client.get(path, **headers)
             assert response.status_code == 200, (path, response.status_code)
             out["pages"][name] = {"queries": len(ctx.captured_queries)}
-        for name, (path, headers) in pages.items():
-            job = {
-                "mode": "get",
-                "paths": [path],
-                "repeat": sizes.b4_repeat,
-                "warmup": 3,
+        return out
+
+    def targets(servers: dict[str, str]) -> list[dict]:
+        """Each page at each history, the two histories of a page side by side: each
+        request follows one to the other server, at either size alike."""
+        return [
+            {
+                "name": f"{label} {name}",
+                "url": url,
+                "path": path,
                 "cookies": cookie if not headers else {},
                 "headers": {"Authorization": headers["HTTP_AUTHORIZATION"]} if headers else {},
             }
-            out["pages"][name]["latency_ms"] = summary(d.load(job)["latencies"][path])
-        return out
+            for name, (path, headers) in pages.items()
+            for label, url in servers.items()
+        ]
 
     small_target = 1000
-    say(f"B4 with {small_target} plans")
-    small = measure(small_target)
-    say(f"B4 seeding to {history} plans")
-    began = time.monotonic()
-    large = measure(history)
-    large["seed_seconds"] = time.monotonic() - began
+    say(f"B4 with {small_target} plans, copied aside")
+    small = settle(small_target)
+    small_url, small_name = _copy_database(os.environ["DATABASE_URL"], "b4small")
+    try:
+        say(f"B4 seeding to {history} plans")
+        began = time.monotonic()
+        large = settle(history)
+        large["seed_seconds"] = time.monotonic() - began
+        # Two web servers started together, one on each history, so neither has served
+        # more than the other (the deployment's own has served every scenario so far).
+        started: list[Process] = []
+        servers: dict[str, str] = {}
+        try:
+            for label, url in (("small", small_url), ("large", os.environ["DATABASE_URL"])):
+                proc, servers[label] = start_web(
+                    {**d.web_env, "DATABASE_URL": url},
+                    d.work,
+                    name=f"web-b4-{label}",
+                    workers=d.args.web_workers,
+                )
+                started.append(d.stack.add(proc))
+            for proc in started:
+                wait_started(proc, d.args.web_workers)
+            # One request to each page of each history a round, the order reversed every
+            # other round: a moment of load falls on both histories alike.
+            rounds = sizes.b4_repeat
+            say(f"B4 timing both histories in {rounds} alternating rounds")
+            timed = d.load(
+                {
+                    "mode": "interleave",
+                    "targets": targets(servers),
+                    "repeat": sizes.b4_repeat,
+                    "rounds": rounds,
+                    "warmup": 5,
+                }
+            )["latencies"]
+        finally:
+            for proc in started:
+                d.stack.stop(proc)
+    finally:
+        drop_database(os.environ["DATABASE_URL"], small_name)
+    for label, out in (("small", small), ("large", large)):
+        for name in pages:
+            out["pages"][name]["latency_ms"] = summary(timed[f"{label} {name}"])
     ratios = {
         name: large["pages"][name]["latency_ms"]["p50"] / small["pages"][name]["latency_ms"]["p50"]
         for name in pages
@@ -1142,6 +1224,7 @@ def b4_history(d: Deployment, sizes: Sizes, history: int, events_per_plan: int) 
         "large": large,
         "ratio": ratios,
         "seeded_events_per_plan": events_per_plan,
+        "timed": {"interleaved_rounds": rounds, "warmup": 5},
     }
 
 
