@@ -111,6 +111,19 @@ def test_a_submission_reads_the_generation_once(client, api_headers, demo_polici
     assert len(reads) == 1, reads
 
 
+def test_an_mcp_proposal_reads_the_generation_once(agent_token, demo_policies, settings):
+    """The same for the MCP tool that proposes a plan."""
+    from approvals.mcp.tools import propose
+
+    settings.COUNTERSIGN_RATE_LIMIT = ""
+    args = {"contact_id": "c-1001", "email": "mcp@new.example"}
+    with CaptureQueriesContext(connection) as ctx:
+        result, plan = propose(agent_token, "a bearer token", ACTION, args)
+    assert plan is not None, result
+    reads = [q for q in ctx.captured_queries if "actions_catalogstate" in q["sql"]]
+    assert len(reads) == 1, reads
+
+
 def test_a_revoked_read_credential_is_not_presented_again(client, api_headers, upstream, settings):
     settings.COUNTERSIGN_RATE_LIMIT = ""
     assert submit(client, api_headers, 1).status_code == 201
