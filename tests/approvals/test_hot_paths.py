@@ -28,7 +28,7 @@ from executors.services import execution_run
 # through the API reads the generation once, for the token check and everything the
 # submission looks up (one moment of the catalog).
 BUDGET = {"submit": 6, "read": 2, "read_settled": 2, "decide": 12, "execute": 17}
-COLD_BUDGET = {"submit": 15, "read": 2, "read_settled": 2, "decide": 13, "execute": 20}
+COLD_BUDGET = {"submit": 14, "read": 2, "read_settled": 2, "decide": 13, "execute": 20}
 
 
 def count(fn) -> int:
