@@ -81,14 +81,25 @@ def cached[T](kind: str, key: Any, load: Callable[[], T], *, keep_none: bool = T
 
 
 @contextlib.contextmanager
-def snapshot() -> Iterator[None]:
+def snapshot() -> Iterator[str | None]:
     """Read the generation once for every lookup in the block: one step that looks up
     several things (a submission: action, allow-lists, credential) sees them all as of
-    one moment. Only for blocks that change nothing in the catalog."""
-    generation = current_generation()
+    one moment. Only for blocks that change nothing in the catalog. Gives the block the
+    generation it reads under (None: nothing is cached)."""
+    with pinned(current_generation()) as generation:
+        yield generation
+
+
+@contextlib.contextmanager
+def pinned(generation: str | None) -> Iterator[str | None]:
+    """A snapshot under a generation this request has already read (what ``snapshot``
+    gave an earlier block of the same request: the token lookup's), instead of reading
+    it again. A change committed since that read applies from the next request on,
+    exactly as if the request had read the generation once at its start; so a
+    generation is only ever carried within one request, never kept across requests."""
     token = _pinned.set(generation) if generation is not None else None
     try:
-        yield
+        yield generation
     finally:
         if token is not None:
             _pinned.reset(token)

@@ -51,6 +51,10 @@ try:
         approval_record(plan_id=plan.id, reviewer=reviewer, decision="approve",
                         fingerprint_seen=plan.fingerprint)
         out[f"run{n}"] = execution_run(plan_id=plan.id)
+    # The agent's rate as the policies count it (plain SQL, on SQLite too).
+    from django.utils import timezone
+    from approvals.decisions.policies import agent_rate
+    out["rate"] = agent_rate(agent_id=agent.pk, action_id=plan.action_id, now=timezone.now())
     # A locked vault refuses at claim; a revoked agent is refused at once.
     plan, _ = plan_submit(agent=agent, action_name="update_contact_email",
                           input={"contact_id": "c-1001", "email": "locked@new.example"})
@@ -107,6 +111,7 @@ def test_a_plan_runs_end_to_end_on_sqlite(tmp_path, worker_keys, audit_keys):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
         "run0": "completed",
         "run1": "completed",
+        "rate": [2, 2],
         "locked": "skipped:refused",
         "revoked_token": True,
         "email": "embedded1@new.example",

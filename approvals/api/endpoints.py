@@ -23,6 +23,8 @@ from ninja.security import HttpBearer
 from psycopg_pool import PoolTimeout
 from pydantic import Field
 
+from actions.cache import pinned as catalog_pinned
+from actions.cache import snapshot as catalog_snapshot
 from actions.lib.bearer import bearer_token
 from actions.lib.canonical import CanonicalJSONError, escape_pointer_token, loads_strict
 from actions.lib.exceptions import CountersignError
@@ -127,7 +129,12 @@ class AgentBearer(HttpBearer):
         return None if token is None else self.authenticate(request, token)
 
     def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
-        agent = agent_authenticate(token)
+        # The catalog generation the token was checked under, kept on the request: a
+        # submission then looks up the rest of the catalog under it (create_plan), one
+        # read of the generation for the whole request.
+        with catalog_snapshot() as generation:
+            agent = agent_authenticate(token)
+        request.catalog_generation = generation
         if agent is not None:
             request.agent = agent
         return agent
@@ -354,14 +361,17 @@ def create_plan(request: HttpRequest, response: HttpResponse, payload: PlanCreat
             errors=[{"pointer": "", "message": "invalid Idempotency-Key header"}],
         )
     requester = requester_from_sources(request.headers.get(ON_BEHALF_OF))
-    plan, replayed = plan_submit(
-        agent=agent,
-        action_name=payload.action,
-        input=payload.input,
-        reason=payload.reason or "",
-        idempotency_key=key,
-        requester=requester,
-    )
+    # The catalog as the token was checked: read once at the start of the request, as
+    # fresh as a second read would be (a change applies from the next request on).
+    with catalog_pinned(request.catalog_generation):
+        plan, replayed = plan_submit(
+            agent=agent,
+            action_name=payload.action,
+            input=payload.input,
+            reason=payload.reason or "",
+            idempotency_key=key,
+            requester=requester,
+        )
     # Rendered by ninja like GET /plans/{id}, so both endpoints show a plan identically.
     response["Location"] = f"/api/v1/plans/{plan.id}"
     if replayed == Replay.IDEMPOTENCY_KEY:

@@ -12,6 +12,7 @@ import mcp.types as types
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from actions.cache import snapshot as catalog_snapshot
 from actions.lib.canonical import escape_pointer_token
 from actions.lib.exceptions import CountersignError
 from actions.models import Action, Agent
@@ -252,6 +253,7 @@ def list_tools_for(token: str | None, how: str) -> list[types.Tool]:
     return [action_tool(a) for a in offered(agent)] + fixed_tools()
 
 
+@catalog_snapshot()
 def propose(
     token: str | None,
     how: str,
@@ -262,7 +264,8 @@ def propose(
     """Call the JSON API's ``plan_submit`` with the tool arguments split into input,
     reason and idempotency key; refusals come back as the API's problem documents.
     ``on_behalf_of``: the person's ID token wherever the client put it (``_on_behalf_of``).
-    Returns the result and the plan it shows (None for a refusal)."""
+    Returns the result and the plan it shows (None for a refusal). The token's check
+    and the submission see the catalog as of one read of its generation."""
     agent = authenticate(token, how=how)
     action = Action.objects.filter(name=name, enabled=True).first()
     schema = action.spec.input_schema if action is not None else {}

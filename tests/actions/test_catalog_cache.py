@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from actions import cache
@@ -96,6 +97,31 @@ def test_a_change_applies_to_the_very_next_request(
     assert response.status_code == status, response.content
     if kind:
         assert kind in response.content.decode()
+
+
+def test_a_submission_reads_the_generation_once(client, api_headers, demo_policies, settings):
+    """The token's check and everything the submission looks up (action, allow-lists,
+    credential, decision rules, policies) are under one read of the generation, made at
+    the start of the request."""
+    settings.COUNTERSIGN_RATE_LIMIT = ""
+    assert submit(client, api_headers, 1).status_code == 201
+    with CaptureQueriesContext(connection) as ctx:
+        assert submit(client, api_headers, 2).status_code == 201
+    reads = [q for q in ctx.captured_queries if "actions_catalogstate" in q["sql"]]
+    assert len(reads) == 1, reads
+
+
+def test_an_mcp_proposal_reads_the_generation_once(agent_token, demo_policies, settings):
+    """The same for the MCP tool that proposes a plan."""
+    from approvals.mcp.tools import propose
+
+    settings.COUNTERSIGN_RATE_LIMIT = ""
+    args = {"contact_id": "c-1001", "email": "mcp@new.example"}
+    with CaptureQueriesContext(connection) as ctx:
+        result, plan = propose(agent_token, "a bearer token", ACTION, args)
+    assert plan is not None, result
+    reads = [q for q in ctx.captured_queries if "actions_catalogstate" in q["sql"]]
+    assert len(reads) == 1, reads
 
 
 def test_a_revoked_read_credential_is_not_presented_again(client, api_headers, upstream, settings):
