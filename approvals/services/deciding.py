@@ -259,10 +259,7 @@ def _approve_if_met(plan: Plan, reviewer, *, comment: str, break_glass: bool, no
     """The approvals that still count, audited; the plan approved and handed to a worker
     once they meet what it needs."""
     actor = user_actor(reviewer)
-    rows = approvals_read(
-        plan,
-        plan.approvals.filter(decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint),
-    )
+    rows = approvals_read(plan)
     # Only approvals whose makers may still give them count: one by someone
     # deactivated, no longer allowed to review or out of the group it was
     # for since is void, and audited as such (approvals/decisions).
