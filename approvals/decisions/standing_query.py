@@ -41,6 +41,8 @@ class _Texts:
     sql: dict[tuple[int, bool], str] = field(default_factory=dict)
 
 
+# Keyed by the connection object (each thread has its own), and forgotten with it: the
+# texts are the backend's (its quoting) and the converters are its methods.
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -103,6 +105,7 @@ def _params(connection, plan, names: list[str], usable_at: datetime | None) -> l
 
 
 def _texts(connection) -> _Texts:
+    """What ``connection`` runs, made on its first call."""
     texts = _BUILT.get(connection)
     if texts is None:
         approval_fields = list(Approval._meta.concrete_fields)
