@@ -327,11 +327,6 @@ def plan_for_review(plan_id) -> Plan:
     return plan
 
 
-def plan_consequence_class(plan_id) -> str | None:
-    """A plan's consequence class (set when it was proposed, never changed), or None."""
-    return Plan.objects.filter(id=plan_id).values_list("consequence_class", flat=True).first()
-
-
 def plan_attempt(plan: Plan) -> Attempt | None:
     return Attempt.objects.filter(plan=plan).first()
 

@@ -409,15 +409,7 @@ def claim_void_problem(plan: Plan, now) -> str | None:
     approved has no person's approval to judge."""
     if plan.policy.get("mode") in (POLICY_MODE, "none"):
         return None
-    rows = approvals_read(
-        plan,
-        plan.approvals.filter(
-            decision=Approval.Decision.APPROVE,
-            fingerprint=plan.fingerprint,
-            used_at__isnull=True,
-            expires_at__gt=now,
-        ),
-    )
+    rows = approvals_read(plan, usable_at=now)
     standing = approvals_standing(plan, rows)
     if not standing.void:
         return None

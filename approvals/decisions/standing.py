@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db.models import Exists, F, FilteredRelation, OuterRef, Q
+from django.db.models import Exists, FilteredRelation, OuterRef, Q
 from django.utils import timezone
 
 from actions.lib.actors import user_actor
@@ -25,6 +25,7 @@ from actions.policy.reviewers import (
 )
 
 from ..models import Approval, Plan
+from .standing_query import REVIEW_APP_LABEL, REVIEW_CODENAME, approvals_with_makers
 
 
 def plan_policy_requirement(plan: Plan) -> dict[str, Any]:
@@ -68,13 +69,13 @@ def _may_review(user_ref: OuterRef) -> tuple[Exists, Exists]:
     users = get_user_model()
     direct = users.user_permissions.through.objects.filter(
         **{users.user_permissions.field.m2m_field_name(): user_ref},
-        permission__codename="review_plan",
-        permission__content_type__app_label="approvals",
+        permission__codename=REVIEW_CODENAME,
+        permission__content_type__app_label=REVIEW_APP_LABEL,
     )
     via_group = Group.objects.filter(
         user=user_ref,
-        permissions__codename="review_plan",
-        permissions__content_type__app_label="approvals",
+        permissions__codename=REVIEW_CODENAME,
+        permissions__content_type__app_label=REVIEW_APP_LABEL,
     )
     return Exists(direct), Exists(via_group)
 
@@ -110,37 +111,22 @@ def _reviewer_facts(pks: set[Any], names: set[str]) -> dict[Any, dict[str, Any]]
     return facts
 
 
-def approvals_read(plan: Plan, approvals) -> list[Approval]:
-    """The approvals of the queryset ``approvals`` (the plan's), with their reviewers and
-    what approvals_standing needs to know of them, in one query."""
+def approvals_read(plan: Plan, *, usable_at: datetime | None = None) -> list[Approval]:
+    """The plan's approvals of its fingerprint (with ``usable_at``: only those not yet
+    used and not expired then), oldest first, with their reviewers and what
+    approvals_standing needs to know of them, in one query whose SQL is built once
+    (approvals/decisions/standing_query.py): compiling it with the ORM on every decision
+    and claim cost more than running it."""
     requirement = plan_policy_requirement(plan)
     names = requirement_groups(requirement) if requirement else set()
-    direct, via_group = _may_review(OuterRef("reviewer_id"))
-    rows = approvals.select_related("reviewer").annotate(
-        reviews_directly=direct, reviews_via_group=via_group
-    )
-    if names:
-        # One row per approval and group of the requirement its maker is in now.
-        rows = rows.annotate(
-            named=FilteredRelation(
-                "reviewer__groups", condition=Q(reviewer__groups__name__in=names)
-            ),
-            named_group=F("named__name"),
-        )
-    read: dict[Any, Approval] = {}
-    for row in rows:
-        approval = read.setdefault(row.pk, row)
-        if approval is row:
-            reviewer = row.reviewer
-            approval.reviewer_facts = _facts(
-                reviewer.is_active,
-                reviewer.is_superuser,
-                row.reviews_directly,
-                row.reviews_via_group,
-            )
-        if names and row.named_group:
-            approval.reviewer_facts["groups"].add(row.named_group)
-    return list(read.values())
+    read = []
+    for approval, (active, superuser, direct, via_group, groups) in approvals_with_makers(
+        plan, names, usable_at
+    ):
+        approval.reviewer_facts = _facts(active, superuser, direct, via_group)
+        approval.reviewer_facts["groups"] = groups
+        read.append(approval)
+    return read
 
 
 def _standing_of(approval: Approval, facts: dict[str, Any] | None, names: set[str] | None):

@@ -3,6 +3,7 @@ passkey signatures and the separation of duties."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -63,6 +64,7 @@ def approval_record(
     assertion: Any = None,
     nonce: str = "",
     break_glass: bool = False,
+    confirmed: Callable[[Plan], None] | None = None,
 ) -> Plan:
     """Record a reviewer's decision on the exact fingerprint they saw.
 
@@ -76,6 +78,10 @@ def approval_record(
     a passkey signature where signing is on), audited as ``approval.break_glass``,
     counted in /metrics and told to every group of the plan. Its approval fills one
     threshold place of any group (approvals/decisions).
+
+    ``confirmed``: a surface's own check of what the reviewer typed to approve (the
+    pages' typed confirmation), run for an approval on the plan as locked, before
+    anything else about it is judged; it raises to refuse, and nothing is recorded.
     """
     if not can_review(reviewer):
         raise NotAllowed("you are not a reviewer")
@@ -91,7 +97,7 @@ def approval_record(
     # One decision sees the catalog as of one moment: the decision rules, the groups'
     # requirement and the policy set under one read of its generation (actions/cache.py).
     with catalog_snapshot(), transaction.atomic():
-        plan = _locked_undecided(plan_id)
+        plan = _locked_undecided(plan_id, confirmed if approving else None)
         # A refusal is audited and committed with whatever it recorded, then raised.
         failure = _plan_refusal(plan, reviewer, decision, fingerprint_seen, now=now)
         signed: dict | Exception = {}
@@ -120,11 +126,11 @@ def approval_record(
     return plan
 
 
-def _locked_undecided(plan_id) -> Plan:
-    """The plan, locked until commit; refused unless it still awaits a decision. Its
-    action's connector is joined too (unlocked, as the action and the agent): the
-    decision rules match on the connector's name, which read lazily was a query of its
-    own on every decision."""
+def _locked_undecided(plan_id, confirmed: Callable[[Plan], None] | None = None) -> Plan:
+    """The plan, locked until commit; refused unless ``confirmed`` (when given) lets it
+    through and it still awaits a decision. Its action's connector is joined too
+    (unlocked, as the action and the agent): the decision rules match on the
+    connector's name, which read lazily was a query of its own on every decision."""
     plan = (
         Plan.objects.select_for_update(of=("self",))
         .select_related("action__connector", "agent")
@@ -133,6 +139,8 @@ def _locked_undecided(plan_id) -> Plan:
     )
     if plan is None:
         raise NotFound("no such plan")
+    if confirmed is not None:
+        confirmed(plan)
     if plan.status != PlanStatus.AWAITING_APPROVAL:
         raise InvalidTransition(f"this plan is {plan.status} and can no longer be decided")
     return plan
@@ -259,10 +267,7 @@ def _approve_if_met(plan: Plan, reviewer, *, comment: str, break_glass: bool, no
     """The approvals that still count, audited; the plan approved and handed to a worker
     once they meet what it needs."""
     actor = user_actor(reviewer)
-    rows = approvals_read(
-        plan,
-        plan.approvals.filter(decision=Approval.Decision.APPROVE, fingerprint=plan.fingerprint),
-    )
+    rows = approvals_read(plan)
     # Only approvals whose makers may still give them count: one by someone
     # deactivated, no longer allowed to review or out of the group it was
     # for since is void, and audited as such (approvals/decisions).

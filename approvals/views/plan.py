@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -52,7 +53,6 @@ from ..identity.passkeys import plan_needs_signature
 from ..models import Passkey, Plan, PlanStatus
 from ..selectors import (
     plan_attempt,
-    plan_consequence_class,
     plan_for_review,
     plan_newest_revision,
     plan_same_target,
@@ -69,7 +69,6 @@ from ..services import (
 from .diffs import only_version_moved
 from .pages import page_error, plan_page
 from .review import (
-    TYPED_CONFIRMATION_CLASSES,
     action_texts,
     approve_words,
     change_rows,
@@ -468,20 +467,6 @@ def plan_edit_view(request: HttpRequest, plan_id) -> HttpResponse:
 @plan_page
 def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
     decision = request.POST.get("decision", "")
-    # Checked here as well as in the browser, so it holds without JavaScript. An extra
-    # condition on top of the fingerprint binding, which approval_record keeps. Only the
-    # plan's class is read first: most plans need no typed confirmation.
-    if decision == "approve" and plan_consequence_class(plan_id) in TYPED_CONFIRMATION_CLASSES:
-        plan = plan_for_review(plan_id)
-        if not confirmation_matches(plan, request.POST.get("confirm", "")):
-            raise InvalidInput(
-                errors=[
-                    {
-                        "pointer": "/confirm",
-                        "message": "type the target's id or name to approve an irreversible change",
-                    }
-                ]
-            )
     break_glass = request.POST.get("break_glass") == "1"
     try:
         approval_record(
@@ -494,6 +479,7 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
             assertion=_assertion(request.POST.get("assertion", "")),
             nonce=request.POST.get("nonce", "")[:100],
             break_glass=break_glass,
+            confirmed=_typed_confirmation(request.POST.get("confirm", "")),
         )
     except (RequesterMayNotApprove, DecisionRulesChanged) as exc:
         # The plan's page again, saying why, with the refusal's status (403 for the floor,
@@ -514,6 +500,27 @@ def plan_decide(request: HttpRequest, plan_id) -> HttpResponse:
             request, gettext("Denied.") if decision == "deny" else gettext("Approval recorded.")
         )
     return redirect("approvals:plan-detail", plan_id=plan_id)
+
+
+def _typed_confirmation(typed: str) -> Callable[[Plan], None]:
+    """What approval_record checks of an approval on the plan it locks: an irreversible
+    plan is approved only by a reviewer who typed what it destroys. Checked here as well
+    as in the browser, so it holds without JavaScript; an extra condition on top of the
+    fingerprint binding, which approval_record keeps. Run on the row approval_record
+    locks, it costs a decision no read of the plan of its own."""
+
+    def check(plan: Plan) -> None:
+        if needs_typed_confirmation(plan) and not confirmation_matches(plan, typed):
+            raise InvalidInput(
+                errors=[
+                    {
+                        "pointer": "/confirm",
+                        "message": "type the target's id or name to approve an irreversible change",
+                    }
+                ]
+            )
+
+    return check
 
 
 def _assertion(text: str) -> dict | None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 
 from actions.models import Agent
 from actions.services import agent_revoke
-from approvals.models import Plan, PlanStatus
+from approvals.models import Approval, Plan, PlanStatus
 from approvals.services import approval_record
 from demo.history import seed_plans
 from executors.services import execution_run
@@ -29,6 +30,13 @@ from executors.services import execution_run
 # submission looks up (one moment of the catalog).
 BUDGET = {"submit": 6, "read": 2, "read_settled": 2, "decide": 12, "execute": 17}
 COLD_BUDGET = {"submit": 14, "read": 2, "read_settled": 2, "decide": 13, "execute": 20}
+
+# A decision through the plan's page: the request's own queries (the session, the user,
+# their user and their group permissions) and the service's, with nothing read of the
+# plan before the service locks it (the typed confirmation is checked on the locked row).
+# An approval that decides the plan transitions it too; one of two on an irreversible plan
+# does not.
+PAGE_BUDGET = {"approve": 14, "approve_irreversible": 12}
 
 
 def count(fn) -> int:
@@ -102,3 +110,31 @@ def test_token_use_is_recorded_at_most_once_a_minute(client, agent, api_headers)
     with CaptureQueriesContext(connection) as ctx:
         client.get("/api/v1/actions", **api_headers)
     assert not [q for q in ctx.captured_queries if q["sql"].startswith("UPDATE")]
+
+
+def test_a_decision_through_the_page_reads_the_plan_once_locked(
+    client, reviewer, make_plan, django_capture_on_commit_callbacks
+):
+    client.force_login(reviewer)
+
+    def approve(plan, confirm: str = "") -> list[dict]:
+        url = reverse("approvals:plan-decide", args=[plan.id])
+        body = {"decision": "approve", "fingerprint": plan.fingerprint, "confirm": confirm}
+        with (
+            django_capture_on_commit_callbacks(execute=False),
+            CaptureQueriesContext(connection) as ctx,
+        ):
+            assert client.post(url, body).status_code == 302
+        assert Approval.objects.filter(plan=plan, reviewer=reviewer).exists()
+        return ctx.captured_queries
+
+    approve(make_plan(input={"contact_id": "c-1001", "email": "warm@new.example"}))
+    counted = {
+        "approve": approve(make_plan()),
+        "approve_irreversible": approve(make_plan("delete_contact", {"contact_id": "c-1002"}),
+                                        confirm="c-1002"),
+    }  # fmt: skip
+    for path, queries in counted.items():
+        plan_reads = [q["sql"] for q in queries if 'FROM "approvals_plan"' in q["sql"]]
+        assert len(plan_reads) == 1 and "FOR UPDATE" in plan_reads[0], (path, plan_reads)
+        assert len(queries) <= PAGE_BUDGET[path], (path, len(queries))
