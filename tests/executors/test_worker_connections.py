@@ -181,3 +181,15 @@ def test_a_pool_child_forked_from_the_sealers_process_leaves_its_connection_alon
     _wait_for(sealer_ticks, before + 3)
     # The parent's sealer goes on, on the same PostgreSQL session as before the fork.
     assert len(set(sealer_ticks)) == 1
+
+
+def test_the_sealer_replaces_a_connection_the_database_ended(sealer_ticks):
+    _wait_for(sealer_ticks, 2)
+    ended = sealer_ticks[-1]
+    with connection.cursor() as cursor:  # as a PostgreSQL restart or failover would
+        cursor.execute("SELECT pg_terminate_backend(%s)", [ended])
+    deadline = time.monotonic() + 30
+    while sealer_ticks[-1] == ended and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _wait_for(sealer_ticks, len(sealer_ticks) + 3)
+    assert len(set(sealer_ticks[sealer_ticks.index(ended) :])) == 2  # one new, then kept
