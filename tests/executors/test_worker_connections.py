@@ -193,3 +193,34 @@ def test_the_sealer_replaces_a_connection_the_database_ended(sealer_ticks):
         time.sleep(0.01)
     _wait_for(sealer_ticks, len(sealer_ticks) + 3)
     assert len(set(sealer_ticks[sealer_ticks.index(ended) :])) == 2  # one new, then kept
+
+
+# --- the upstream's -----------------------------------------------------------------------
+
+
+def test_executions_reuse_the_upstream_connections(
+    upstream, catalog, approved, run, executor_key, settings, monkeypatch
+):
+    """The re-read, the write and the verification of one execution after another go on
+    the connections kept from the ones before (actions/lib/http.py), one per role."""
+    import socket
+
+    from actions.lib import http
+    from approvals.models import PlanStatus
+
+    settings.COUNTERSIGN_RATE_LIMIT = ""
+    monkeypatch.setattr(http, "WRITE_KEEPALIVE_SECONDS", 60.0)  # however slow the machine
+    opened = []
+    create_connection = socket.create_connection
+
+    def counted(address, *args, **kwargs):
+        opened.append(address)
+        return create_connection(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", counted)
+    for n in range(4):
+        plan = approved(input={"contact_id": "c-1001", "email": f"kept{n}@new.example"})
+        assert run(plan) == PlanStatus.COMPLETED
+    # The first execution opened the write's connection; the preview's read one serves
+    # every read. Nothing opened after that.
+    assert len(opened) <= 2
