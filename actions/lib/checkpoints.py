@@ -344,7 +344,12 @@ def audit_seal(*, holder: str | None = None, max_batches: int | None = None) -> 
 
 
 def _seal_batch(key: SigningKey, vk_id: str, holder: str, horizon: int) -> int:
-    last = AuditCheckpoint.objects.order_by("-tree_size").first()
+    # What the next checkpoint extends: not its proof, gaps or signature.
+    last = (
+        AuditCheckpoint.objects.order_by("-tree_size")
+        .only("tree_size", "last_event_id", "root_hash", "at", "frontier")
+        .first()
+    )
     after = last.last_event_id if last else 0
     if horizon <= after:
         return 0
