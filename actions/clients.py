@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from .lib.http import Auth, ReadOnlyClient, StaticAuth
+from .lib.http import Auth, ReadOnlyClient, StaticAuth, kept_clients_clear
 from .lib.redaction import remember_secrets
 from .models import Connector, Credential
 from .oauth import OAuth2Auth
@@ -29,24 +29,14 @@ def credential_auth(credential, secret: dict[str, Any]) -> Auth:
 
 
 # One read-only client per connector and process, reused across requests: its auth is
-# opened once and its connections are kept alive (the read-only guard is on the method,
-# not on the connection). An entry is keyed by everything that shapes the client, so a
-# rotated, revoked or edited credential, or an edited connector, is never served from an
-# old entry: the newest usable credential is looked up on every call.
+# opened once; its connections are the process's kept ones (actions.lib.http), which know
+# no credential, and closing it (leaving a ``with``) keeps them for the next caller. The
+# read-only guard is on the method, not on the connection. An entry is keyed by
+# everything that shapes the client, so a rotated, revoked or edited credential, or an
+# edited connector, is never served from an old entry: the newest usable credential is
+# looked up on every call.
 _read_pool: dict[int, tuple[tuple, ReadOnlyClient]] = {}
 _read_pool_lock = threading.Lock()
-
-
-class _PooledReadOnlyClient(ReadOnlyClient):
-    """A pooled client: ``close()`` (and leaving a ``with``) keeps it open for the next
-    caller. Replaced, it is dropped and its connections close once it is collected;
-    ``read_pool_clear()`` closes them at once."""
-
-    def close(self) -> None:
-        pass
-
-    def discard(self) -> None:
-        self._http.close()
 
 
 def _read_key(connector: Connector, credential) -> tuple:
@@ -81,7 +71,7 @@ def read_client(connector: Connector) -> ReadOnlyClient:
     if entry is not None and entry[0] == key:
         return entry[1]
     auth = credential_auth(credential, open_read_secret(credential)) if credential else None
-    client = _PooledReadOnlyClient(connector, auth)
+    client = ReadOnlyClient(connector, auth)
     with _read_pool_lock:
         # An older entry is dropped, not closed: a request on another thread may still be
         # using it; its connections go when that request ends and it is collected.
@@ -101,9 +91,8 @@ os.register_at_fork(after_in_child=_forget_read_pool_after_fork)
 
 
 def read_pool_clear() -> None:
-    """Close and forget every pooled read client (the tests, between upstreams)."""
+    """Forget every pooled read client and close every kept connection, the write
+    clients' too (the tests, between upstreams)."""
     with _read_pool_lock:
-        entries = list(_read_pool.values())
         _read_pool.clear()
-    for _, client in entries:
-        client.discard()
+    kept_clients_clear()

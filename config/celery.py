@@ -13,7 +13,7 @@ from celery import Celery, bootsteps
 from celery.beat import PersistentScheduler
 from celery.signals import import_modules, task_postrun, task_prerun, worker_init
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connection, connections
 
 from actions.lib import logcontext
 from actions.lib.outage import database_unavailable, noted
@@ -212,15 +212,41 @@ class Sealer(bootsteps.StartStopStep):
         # As in Heartbeat._beat: the task module needs the apps, loaded once running.
         from executors.tasks import seal_audit_task  # noqa: PLC0415
 
-        while not self.stopping.wait(settings.COUNTERSIGN_SEAL_SECONDS):
-            try:
-                seal_audit_task()  # run here, synchronously: its logging and errors
-            except Exception as exc:  # noqa: BLE001 - the database is down: next period
-                _unrecorded(exc, "audit not sealed")
-            finally:
-                # No connection outlives a run: a pool child forked meanwhile must not
-                # inherit one in use.
-                connection.close()
+        # The thread's own database connection (Django's are per thread), kept from one
+        # run to the next under Django's rule for requests: after each run a connection
+        # past CONN_MAX_AGE, or one that errored, is closed; the rest is health-checked
+        # (CONN_HEALTH_CHECKS) on its next use. A pool child forked meanwhile drops its
+        # copy (below).
+        _thread_connections.append(connections[DEFAULT_DB_ALIAS])
+        try:
+            while not self.stopping.wait(settings.COUNTERSIGN_SEAL_SECONDS):
+                try:
+                    seal_audit_task()  # run here, synchronously: its logging and errors
+                except Exception as exc:  # noqa: BLE001 - the database is down: next period
+                    _unrecorded(exc, "audit not sealed")
+                finally:
+                    close_old_connections()
+        finally:
+            _thread_connections.remove(connections[DEFAULT_DB_ALIAS])
+            connection.close()
+
+
+# The database connections of the main process's own threads that outlive a run (the
+# sealer's). A Celery pool child forked from this process (at start, or later to replace
+# one) gets a copy of each, in use or not; the thread that owns it does not exist in the
+# child. The copies are dropped there without closing: closing would end the parent's
+# session on the socket they share (psycopg, for its part, never finishes a connection
+# opened by another process).
+_thread_connections: list = []
+
+
+def _forget_thread_connections_after_fork() -> None:
+    for wrapper in _thread_connections:
+        wrapper.connection = None
+    _thread_connections.clear()
+
+
+os.register_at_fork(after_in_child=_forget_thread_connections_after_fork)
 
 
 app.steps["worker"].add(Sealer)

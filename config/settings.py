@@ -643,6 +643,8 @@ if COUNTERSIGN_ENV == "test":
 COUNTERSIGN_LOG_FORMAT = env_str("COUNTERSIGN_LOG_FORMAT", "json" if PRODUCTION else "plain")
 if COUNTERSIGN_LOG_FORMAT not in {"json", "plain"}:
     raise ImproperlyConfigured("COUNTERSIGN_LOG_FORMAT must be json or plain")
+_LOG_LEVEL = env_str("COUNTERSIGN_LOG_LEVEL", "INFO")
+_CELERY_RECEIVED_LINES = "DEBUG" if _LOG_LEVEL.upper() == "DEBUG" else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -666,8 +668,14 @@ LOGGING = {
             "filters": ["refusals", "outage", "context"],
         }
     },
-    "root": {"handlers": ["console"], "level": env_str("COUNTERSIGN_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": _LOG_LEVEL},
     "loggers": {
+        # Celery's "Task … received" line, one per task, only when debugging
+        # (COUNTERSIGN_LOG_LEVEL=DEBUG): the plan's own lines say what happened to it.
+        # Its "Task … succeeded in …: <outcome>" line stays (celery.app.trace): it is the
+        # only line with a task's outcome when the task found nothing to do
+        # ('skipped:completed' for a duplicate wake-up), and failures are logged there.
+        "celery.worker.strategy": {"level": _CELERY_RECEIVED_LINES},
         # httpx logs full URLs at INFO; upstream URLs are internal, keep them out.
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},

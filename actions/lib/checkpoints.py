@@ -202,12 +202,15 @@ def checkpoint_witness(*, checkpoint_id: int) -> str:
 
 
 def _lease_take(holder: str, now) -> bool:
-    AuditSealerLease.objects.get_or_create(name=LEASE)
+    """Take the lease if it is free, expired or ours: one UPDATE once its row exists."""
     until = now + timedelta(seconds=settings.COUNTERSIGN_SEAL_LEASE_SECONDS)
     free = AuditSealerLease.objects.filter(name=LEASE).exclude(
         expires_at__gt=now, holder__gt=""
     ) | AuditSealerLease.objects.filter(name=LEASE, holder=holder)
-    return bool(free.update(holder=holder, expires_at=until))
+    if free.update(holder=holder, expires_at=until):
+        return True
+    _, created = AuditSealerLease.objects.get_or_create(name=LEASE)
+    return created and bool(free.update(holder=holder, expires_at=until))
 
 
 def _lease_renew(holder: str) -> bool:
@@ -235,21 +238,23 @@ def _horizon(wait_seconds: float) -> int | None:
         if connection.vendor != "postgresql":
             cursor.execute(f"SELECT max(id) FROM {table}")
             return cursor.fetchone()[0] or 0
-        # One statement, one snapshot: the highest number committed, and who was running.
+        # One statement, one snapshot: the highest number committed, who was running, and
+        # which of those are transactions of other databases in the cluster (they cannot
+        # write this table). One of another database that began as the statement ran may
+        # be missing from that list: it is then waited for like ours, which only delays.
         cursor.execute(
             f"SELECT pg_current_snapshot()::text, pg_current_xact_id_if_assigned()::text,"
-            f" (SELECT max(id) FROM {table})"
+            f" (SELECT max(id) FROM {table}),"
+            " (SELECT array_agg(backend_xid::text) FROM pg_stat_activity"
+            "  WHERE backend_xid IS NOT NULL AND datname IS DISTINCT FROM current_database())"
         )
-        snapshot, own, top = cursor.fetchone()
-        running = [x for x in snapshot.split(":")[2].split(",") if x and x != own]
-        if running:
-            # Transactions of other databases in the cluster cannot write this table.
-            cursor.execute(
-                "SELECT backend_xid::text FROM pg_stat_activity"
-                " WHERE backend_xid IS NOT NULL AND datname IS DISTINCT FROM current_database()"
-            )
-            elsewhere = {int(row[0]) for row in cursor.fetchall()}
-            running = [x for x in running if int(x) & 0xFFFFFFFF not in elsewhere]
+        snapshot, own, top, others = cursor.fetchone()
+        elsewhere = {int(xid) for xid in others or ()}
+        running = [
+            x
+            for x in snapshot.split(":")[2].split(",")
+            if x and x != own and int(x) & 0xFFFFFFFF not in elsewhere
+        ]
         deadline = time.monotonic() + wait_seconds
         while running:
             cursor.execute(
@@ -331,13 +336,20 @@ def audit_seal(*, holder: str | None = None, max_batches: int | None = None) -> 
                 break
             report["checkpoints"] += 1
             report["events"] += sealed
+            if sealed < settings.COUNTERSIGN_SEAL_BATCH:
+                break  # caught up with the horizon: what committed since waits a tick
     finally:
         _lease_release(holder)
     return report
 
 
 def _seal_batch(key: SigningKey, vk_id: str, holder: str, horizon: int) -> int:
-    last = AuditCheckpoint.objects.order_by("-tree_size").first()
+    # What the next checkpoint extends: not its proof, gaps or signature.
+    last = (
+        AuditCheckpoint.objects.order_by("-tree_size")
+        .only("tree_size", "last_event_id", "root_hash", "at", "frontier")
+        .first()
+    )
     after = last.last_event_id if last else 0
     if horizon <= after:
         return 0

@@ -9,8 +9,11 @@ leaves the process: the preview path cannot write even by mistake.
 from __future__ import annotations
 
 import json
+import os
 import ssl
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cache
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -82,6 +85,68 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(verify=True, trust_env=False)
 
 
+# --- kept clients ------------------------------------------------------------------------
+#
+# The httpx clients (their connection pools) are kept per process and reused across
+# executions and previews: opening a TCP (and TLS) connection per request cost more than
+# the request. What is kept knows no credential: every request carries its role's headers
+# (``_Client.request``), no cookie is ever stored, and a client is keyed by the role, the
+# connector and everything that configures it, so a connection never serves two roles,
+# two connectors, or a connector as it was before an edit of its URL or timeouts.
+
+# A write's connection is reused only if it was idle for less than this. httpcore checks a
+# kept connection before reusing it (a server that closed it has made it readable) and
+# never sends a request twice; what is left is a server closing it in the instant the
+# write leaves, which would make a write that never arrived look "unknown". Servers close
+# idle connections after their keep-alive timeout (2 s at the shortest of the common
+# ones), so below that the instant cannot come from an idle timeout.
+WRITE_KEEPALIVE_SECONDS = 1.0
+READ_KEEPALIVE_SECONDS = 5.0  # httpx's default: a read may simply be read again
+KEPT_CLIENTS_MAX = 32  # a process speaks to few upstreams; the least recently used go
+
+_kept: OrderedDict[tuple, httpx.Client] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _kept_client(key: tuple, build) -> httpx.Client:
+    """The kept client for ``key``, built by ``build()`` the first time. One evicted is
+    dropped, not closed: a request on another thread may still be using it; its
+    connections close when it is collected."""
+    with _kept_lock:
+        client = _kept.get(key)
+        if client is not None:
+            _kept.move_to_end(key)
+            return client
+    client = build()
+    with _kept_lock:
+        _kept.setdefault(key, client)
+        _kept.move_to_end(key)
+        while len(_kept) > KEPT_CLIENTS_MAX:
+            _kept.popitem(last=False)
+        return _kept[key]
+
+
+def kept_clients_clear() -> None:
+    """Close and forget every kept client (the tests, between upstreams)."""
+    with _kept_lock:
+        clients = list(_kept.values())
+        _kept.clear()
+    for client in clients:
+        client.close()
+
+
+def _forget_kept_after_fork() -> None:
+    # A forked child (a Celery prefork worker, a web worker) must not share its parent's
+    # connections: they are dropped without closing, which would act on the parent's
+    # sockets; the child opens its own.
+    global _kept_lock
+    _kept_lock = threading.Lock()
+    _kept.clear()
+
+
+os.register_at_fork(after_in_child=_forget_kept_after_fork)
+
+
 class Auth(Protocol):
     """How a client presents its credential."""
 
@@ -135,25 +200,15 @@ class _Client:
         if credential is None or isinstance(credential, dict):
             credential = StaticAuth(credential)
         self._auth: Auth = credential
-        timeout = httpx.Timeout(
-            connect=min(connector.connect_timeout, settings.COUNTERSIGN_HTTP_CONNECT_TIMEOUT),
-            read=min(connector.read_timeout, settings.COUNTERSIGN_HTTP_READ_TIMEOUT),
-            write=min(connector.read_timeout, settings.COUNTERSIGN_HTTP_READ_TIMEOUT),
-            pool=min(connector.connect_timeout, settings.COUNTERSIGN_HTTP_CONNECT_TIMEOUT),
-        )
-        # trust_env=False: no proxy or netrc from the environment may redirect traffic
-        # or add credentials behind our back. No cookies are kept: a cookie an upstream
-        # sets must not ride along on a later request (a pooled read client serves many).
-        self._http = httpx.Client(
-            timeout=timeout,
-            follow_redirects=False,
-            trust_env=False,
-            verify=_tls_context(),
-            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-        )
+        connect = min(connector.connect_timeout, settings.COUNTERSIGN_HTTP_CONNECT_TIMEOUT)
+        read = min(connector.read_timeout, settings.COUNTERSIGN_HTTP_READ_TIMEOUT)
+        role = "read" if self.allowed_methods is not None else "write"
+        # Everything the kept client is built from; the TLS context is the process's one.
+        key = (role, getattr(connector, "pk", None), connector.base_url, connect, read)
+        self._http = _kept_client(key, lambda: _new_http(connect, read, role))
 
     def close(self) -> None:
-        self._http.close()
+        """Nothing to release: the connections belong to the process's kept clients."""
 
     @property
     def credential_header_names(self) -> frozenset[str]:
@@ -273,6 +328,22 @@ class _Client:
         except httpx.HTTPError as exc:
             # RemoteProtocolError and friends: the request was (at least partly) sent.
             raise UpstreamError(f"the connection broke: {type(exc).__name__}", sent=True) from None
+
+
+def _new_http(connect: float, read: float, role: str) -> httpx.Client:
+    """A client to keep. trust_env=False: no proxy or netrc from the environment may
+    redirect traffic or add credentials behind our back. No cookies are kept: a cookie an
+    upstream sets must not ride along on a later request (a kept client serves many).
+    No limit on connections, as when each request had a client of its own."""
+    keepalive = READ_KEEPALIVE_SECONDS if role == "read" else WRITE_KEEPALIVE_SECONDS
+    return httpx.Client(
+        timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
+        follow_redirects=False,
+        trust_env=False,
+        verify=_tls_context(),
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+        limits=httpx.Limits(max_connections=None, keepalive_expiry=keepalive),
+    )
 
 
 def _form_content(body: Any) -> bytes:

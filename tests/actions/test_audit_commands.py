@@ -11,7 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from actions.lib import dispatch
 from actions.lib.audit import audit_record
@@ -131,3 +132,25 @@ def test_each_checkpoint_goes_to_the_witness_signed(
     assert checkpoint_witness(checkpoint_id=handed[0]) == "refused"
     settings.COUNTERSIGN_AUDIT_WITNESS_URL = "http://127.0.0.1:9/"
     assert checkpoint_witness(checkpoint_id=handed[0]) == "failed"
+
+
+def test_a_sealing_run_takes_few_statements(db, sealer_key, settings):
+    """An idle run is one read; a run with new events one read each for the lease, the
+    horizon (the running transactions of other databases in the same statement), the last
+    checkpoint and the events, the checkpoint's transaction, and the lease's release.
+    Catching up ends the run: no second horizon to find nothing more."""
+    settings.COUNTERSIGN_SEAL_BATCH = 100
+    with transaction.atomic():
+        audit_record(kind="test.event", actor="tester")
+    audit_seal()  # the lease's row exists from now on
+    with CaptureQueriesContext(connection) as idle:
+        assert audit_seal()["idle"]
+    assert len(idle) == 1
+    with transaction.atomic():
+        for n in range(30):
+            audit_record(kind="test.event", actor="tester", data={"n": n})
+    with CaptureQueriesContext(connection) as run:
+        report = audit_seal()
+    assert (report["checkpoints"], report["events"]) == (1, 30)
+    # 6 reads and writes, and the checkpoint's transaction (begin, lease, insert, end).
+    assert len(run) == 10, [q["sql"][:80] for q in run.captured_queries]
