@@ -51,3 +51,20 @@ def test_a_claim_under_policies_reads_the_agent_with_the_plan(
     assert selects_from(ctx.captured_queries, "actions_agent") == []
     locked = [q["sql"] for q in ctx.captured_queries if "FOR UPDATE" in q["sql"]]
     assert locked and all('FOR UPDATE OF "approvals_plan"' in sql for sql in locked), locked
+
+
+def test_each_move_of_an_execution_is_one_statement_with_its_event(
+    upstream, make_plan, demo_policies, run, executor_key
+):
+    """The claim and the outcome each move the plan and record it in one round trip: no
+    UPDATE of the plan, and no audit INSERT, on its own."""
+    plan = make_plan(input=ROUTINE)
+    with CaptureQueriesContext(connection) as ctx:
+        assert run(plan) == PlanStatus.COMPLETED
+    sqls = [q["sql"] for q in ctx.captured_queries]
+    moves = [sql for sql in sqls if sql.startswith('WITH moved AS (UPDATE "approvals_plan"')]
+    assert len(moves) == 2, sqls
+    assert all("INSERT INTO" in sql for sql in moves)
+    assert not [sql for sql in sqls if sql.startswith('UPDATE "approvals_plan"')], sqls
+    assert not [sql for sql in sqls if 'INSERT INTO "approvals_auditevent"' in sql and
+                not sql.startswith("WITH moved")], sqls  # fmt: skip
