@@ -83,7 +83,7 @@ def event_entry(event: AuditEvent) -> bytes:
     return event_bytes(seq=event.id, **fields)
 
 
-def _insert_postgresql(fields: dict[str, Any], change=None) -> tuple[int, str] | None:
+def _insert_postgresql(fields: dict[str, Any], change=None, along=()) -> tuple[int, str] | None:
     """Insert the event in one statement (one round trip); returns its number and bytes.
 
     The transaction's id is assigned first, then the number drawn, in that order (the
@@ -98,7 +98,9 @@ def _insert_postgresql(fields: dict[str, Any], change=None) -> tuple[int, str] |
 
     ``change``, an UPDATE ... RETURNING and its parameters, runs first in the same
     statement, and the event is drawn from the rows it returns: written if and only if
-    the change changed a row (None otherwise, with no number drawn)."""
+    the change changed a row (None otherwise, with no number drawn). Each of ``along``
+    (statements with their parameters) runs in the same statement too, whatever the
+    change does."""
     table = AuditEvent._meta.db_table
     without_seq = canonical_bytes(
         {
@@ -111,15 +113,18 @@ def _insert_postgresql(fields: dict[str, Any], change=None) -> tuple[int, str] |
         }
     )
     prefix = without_seq[:-1].decode() + ',"seq":'
-    moved, moved_params, source = "", [], ""
+    writes = [(f"along{n}", sql, params) for n, (sql, params) in enumerate(along)]
     if change is not None:
-        moved, moved_params, source = f"moved AS ({change[0]}),", list(change[1]), " FROM moved"
+        writes.append(("moved", *change))
+    moved = "".join(f"{name} AS ({sql}), " for name, sql, _ in writes)
+    moved_params = [param for _, _, params in writes for param in params]
+    source = " FROM moved" if change is not None else ""
     with connection.cursor() as cursor:
         if table not in _sequence:
             cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
             _sequence[table] = cursor.fetchone()[0]
         cursor.execute(
-            f"WITH {moved} x AS MATERIALIZED (SELECT pg_current_xact_id(){source}),"
+            f"WITH {moved}x AS MATERIALIZED (SELECT pg_current_xact_id(){source}),"
             " n AS MATERIALIZED (SELECT nextval(%s) AS id FROM x),"
             " b AS MATERIALIZED (SELECT n.id, %s::text || n.id::text || '}' AS body FROM n)"
             f" INSERT INTO {connection.ops.quote_name(table)}"
@@ -219,6 +224,7 @@ def audit_record(
 def audit_record_change(
     change: tuple[str, list[Any]],
     *,
+    along: list[tuple[str, list[Any]]] = (),
     kind: str,
     actor: str,
     plan=None,
@@ -229,9 +235,12 @@ def audit_record_change(
     the change returned a row, and None is returned when it changed nothing.
 
     One round trip instead of two for a conditional change and its event, with the same
-    event (bytes, hash, number drawn after the transaction's id) as audit_record's."""
+    event (bytes, hash, number drawn after the transaction's id) as audit_record's.
+    ``along``: other writes of the same change (an INSERT), run in the same statement
+    whether or not ``change`` changed a row: undoing them then is the caller's
+    transaction's business."""
     fields = _event_fields(kind=kind, actor=actor, plan=plan, data=data)
-    inserted = _insert_postgresql(fields, change)
+    inserted = _insert_postgresql(fields, change, along)
     return None if inserted is None else _inserted(fields, plan, *inserted)
 
 

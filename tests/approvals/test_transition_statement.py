@@ -1,6 +1,7 @@
 """A plan's move and its audit event in one statement on PostgreSQL (approvals.lifecycle:
 plan_transition): the event is written if and only if the plan moved, and it is the same
-event, byte for byte, as the ORM's UPDATE followed by audit_record wrote."""
+event, byte for byte, as the ORM's UPDATE followed by audit_record wrote. A claim's new
+attempt is inserted in the same statement (execution_begin), as Model.save inserted it."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from actions.lib.checkpoints import audit_seal, audit_verify
 from actions.lib.exceptions import InvalidTransition
 from actions.lib.models import AuditEvent
 from approvals import lifecycle
-from approvals.lifecycle import plan_transition
-from approvals.models import Plan, PlanStatus
+from approvals.lifecycle import execution_begin, plan_transition
+from approvals.models import Attempt, Plan, PlanStatus
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the one-statement move is PostgreSQL's"
@@ -163,3 +164,60 @@ def test_a_value_only_the_orm_writes_takes_the_two_step_path(make_plan):
     assert _row(plan.id)["finished_at"] is not None
     event = AuditEvent.objects.get(plan_id=plan.id, kind="plan.cancelled")
     assert event.hash == sha256_hex(event_entry(event))
+
+
+def _approved(make_plan) -> Plan:
+    plan = make_plan()
+    Plan.objects.filter(id=plan.id).update(status=PlanStatus.APPROVED)
+    return Plan.objects.select_related("attempt").get(id=plan.id)
+
+
+def _attempt_row(plan_id) -> dict:
+    row = Attempt.objects.values().get(plan_id=plan_id)
+    return {k: v for k, v in row.items() if k not in ("id", "idempotency_key")}
+
+
+def test_a_claims_attempt_is_the_row_model_save_wrote(
+    make_plan, monkeypatch, django_capture_on_commit_callbacks
+):
+    plan = _approved(make_plan)
+    at = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: at)
+    with transaction.atomic():
+        Attempt.objects.create(
+            plan=Plan.objects.get(id=plan.id),
+            idempotency_key="k" * 32,
+            state=Attempt.State.PREPARED,
+            tries=1,
+        )
+        saved = _attempt_row(plan.id)
+        transaction.set_rollback(True)
+
+    with (
+        django_capture_on_commit_callbacks(execute=False),
+        CaptureQueriesContext(connection) as ctx,
+    ):
+        attempt = execution_begin(plan, actor="worker", event="execution.claimed", now=at)
+    assert len(ctx.captured_queries) == 1, ctx.captured_queries
+    assert _attempt_row(plan.id) == saved
+    row = Attempt.objects.values("id", "idempotency_key").get(plan_id=plan.id)
+    assert (row["id"], row["idempotency_key"]) == (attempt.id, attempt.idempotency_key)
+    assert len(attempt.idempotency_key) == 32 and attempt.created_at == at
+    assert not attempt._state.adding and plan.attempt is attempt
+    assert _row(plan.id)["status"] == PlanStatus.EXECUTING == plan.status
+    event = AuditEvent.objects.get(plan_id=plan.id, kind="execution.claimed")
+    assert event.data == {
+        "from": "approved",
+        "to": "executing",
+        "attempt": str(attempt.id),
+        "try": 1,
+    }
+
+
+def test_a_claim_that_lost_its_plan_leaves_no_attempt_and_no_event(make_plan):
+    plan = _approved(make_plan)
+    Plan.objects.filter(id=plan.id).update(status=PlanStatus.CANCELLED)
+    with pytest.raises(InvalidTransition), transaction.atomic():
+        execution_begin(plan, actor="worker", event="execution.claimed", now=timezone.now())
+    assert not Attempt.objects.filter(plan_id=plan.id).exists()
+    assert not AuditEvent.objects.filter(plan_id=plan.id, kind="execution.claimed").exists()

@@ -57,14 +57,17 @@ def test_each_move_of_an_execution_is_one_statement_with_its_event(
     upstream, make_plan, demo_policies, run, executor_key
 ):
     """The claim and the outcome each move the plan and record it in one round trip: no
-    UPDATE of the plan, and no audit INSERT, on its own."""
+    UPDATE of the plan, and no audit INSERT, on its own; the claim's attempt is inserted
+    in the claim's statement."""
     plan = make_plan(input=ROUTINE)
     with CaptureQueriesContext(connection) as ctx:
         assert run(plan) == PlanStatus.COMPLETED
     sqls = [q["sql"] for q in ctx.captured_queries]
-    moves = [sql for sql in sqls if sql.startswith('WITH moved AS (UPDATE "approvals_plan"')]
+    moves = [sql for sql in sqls if sql.startswith("WITH ") and
+             'moved AS (UPDATE "approvals_plan"' in sql]  # fmt: skip
     assert len(moves) == 2, sqls
-    assert all("INSERT INTO" in sql for sql in moves)
-    assert not [sql for sql in sqls if sql.startswith('UPDATE "approvals_plan"')], sqls
-    assert not [sql for sql in sqls if 'INSERT INTO "approvals_auditevent"' in sql and
-                not sql.startswith("WITH moved")], sqls  # fmt: skip
+    assert all('INSERT INTO "approvals_auditevent"' in sql for sql in moves)
+    assert moves[0].startswith('WITH along0 AS (INSERT INTO "executors_attempt"')
+    alone = [sql for sql in sqls if not sql.startswith("WITH ")]
+    assert not [sql for sql in alone if sql.startswith('UPDATE "approvals_plan"')], sqls
+    assert not [sql for sql in alone if "INSERT INTO" in sql], sqls
