@@ -63,7 +63,9 @@ def _transition(
     along: list[tuple[str, list]] = (),
 ) -> Plan:
     """plan_transition, with ``along``: writes (with their parameters) that belong to the
-    move and are made before it, in its statement on PostgreSQL."""
+    move and are made before it, in its statement on PostgreSQL. They are made whether
+    or not the plan moves, so a caller passing any must roll back on InvalidTransition
+    (the claim's transaction does)."""
     source = plan.status
     if to not in TRANSITIONS.get(source, frozenset()):
         raise InvalidTransition(f"a plan cannot go from {source} to {to}")
@@ -93,8 +95,8 @@ def _plan_move(plan: Plan, source: str, values: dict[str, Any], recorded: dict, 
     ORM's UPDATE and then the event."""
     change = _move_sql(plan, source, values) if connection.vendor == "postgresql" else None
     if change is None:
-        with connection.cursor() as cursor:
-            for sql, params in along:
+        for sql, params in along:
+            with connection.cursor() as cursor:
                 cursor.execute(sql, params)
         if Plan.objects.filter(id=plan.id, status=source).update(**values) != 1:
             return False
