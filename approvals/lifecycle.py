@@ -12,12 +12,13 @@ import logging
 import uuid
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
+from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
 from actions.lib import logcontext
 from actions.lib.actors import SWEEPER
-from actions.lib.audit import audit_record
+from actions.lib.audit import audit_record, audit_record_change
 from actions.lib.exceptions import InvalidTransition
 from actions.lib.metrics import DECISION_TO_EFFECT, DECISIONS, OUTCOMES
 from actions.models import VaultState
@@ -48,34 +49,110 @@ def plan_transition(
     A conditional UPDATE on (id, status) makes the move race-free: if another process
     moved the plan first, zero rows change and nothing is recorded.
     """
+    return _transition(plan, to=to, actor=actor, event=event, data=data, fields=fields)
+
+
+def _transition(
+    plan: Plan,
+    *,
+    to: str,
+    actor: str,
+    event: str,
+    data: dict[str, Any] | None,
+    fields: dict[str, Any],
+    along: list[tuple[str, list]] = (),
+) -> Plan:
+    """plan_transition, with ``along``: writes (with their parameters) that belong to the
+    move and are made before it, in its statement on PostgreSQL. They are made whether
+    or not the plan moves, so a caller passing any must roll back on InvalidTransition
+    (the claim's transaction does)."""
     source = plan.status
     if to not in TRANSITIONS.get(source, frozenset()):
         raise InvalidTransition(f"a plan cannot go from {source} to {to}")
+    recorded = {"kind": event, "actor": actor, "data": {"from": source, "to": to, **(data or {})}}
     # No savepoint inside a caller's transaction (two round trips saved on the hot
     # paths): a lost race writes nothing and is raised only after the block, so a caller
     # that catches it can go on using its transaction.
     with transaction.atomic(savepoint=False):
-        updated = Plan.objects.filter(id=plan.id, status=source).update(status=to, **fields)
-        if updated == 1:
-            plan.status = to
-            for key, value in fields.items():
-                setattr(plan, key, value)
-            audit_record(
-                kind=event,
-                actor=actor,
-                plan=plan,
-                data={"from": source, "to": to, **(data or {})},
-            )
+        moved = _plan_move(plan, source, {"status": to, **fields}, recorded, along)
+        if moved:
             # Wake the plan's long-polls, wherever they wait, once this commits.
             plan_changed(plan.id, to)
             # Every later line of this request or task is about this plan.
             logcontext.bind_plan(plan)
             log.info("plan %s: %s -> %s (%s, by %s)", plan.id, source, to, event, actor)
             transaction.on_commit(_counted(plan, source, to, event, data or {}))
-    if updated != 1:
+    if not moved:
         # Another process got there first.
         raise InvalidTransition(f"the plan is no longer {source}")
     return plan
+
+
+def _plan_move(plan: Plan, source: str, values: dict[str, Any], recorded: dict, along) -> bool:
+    """The conditional UPDATE and its audit event, both or neither; ``plan`` takes the
+    new values if the move happened. On PostgreSQL one statement (one round trip instead
+    of two on every transition); elsewhere, or for a value only the ORM can write, the
+    ORM's UPDATE and then the event."""
+    change = _move_sql(plan, source, values) if connection.vendor == "postgresql" else None
+    if change is None:
+        for sql, params in along:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+        if Plan.objects.filter(id=plan.id, status=source).update(**values) != 1:
+            return False
+        _assign(plan, values)
+        audit_record(plan=plan, **recorded)
+        return True
+    # The event is built from the plan as moved, as audit_record's is; a lost race
+    # leaves the object as it found it (read from its own values: a deferred field is
+    # not loaded here).
+    before = {name: plan.__dict__.get(name, _UNLOADED) for name in values}
+    _assign(plan, values)
+    if audit_record_change(change, along=along, plan=plan, **recorded) is None:
+        _assign(plan, before)
+        return False
+    return True
+
+
+_UNLOADED = object()
+
+
+def _assign(plan: Plan, values: dict[str, Any]) -> None:
+    for name, value in values.items():
+        if value is _UNLOADED:
+            plan.__dict__.pop(name, None)
+        else:
+            setattr(plan, name, value)
+
+
+def _move_sql(plan: Plan, source: str, values: dict[str, Any]) -> tuple[str, list] | None:
+    """The UPDATE ``Plan.objects.filter(id=, status=source).update(**values)`` runs, with
+    RETURNING, each value encoded by its field as the ORM encodes it (get_db_prep_save).
+    None when a value needs more than that (an expression, a model instance, a field
+    with its own placeholder: none of Plan's today), so the ORM writes it."""
+    meta, qn = Plan._meta, connection.ops.quote_name
+    sets, params = [], []
+    for name, value in values.items():
+        field = meta.get_field(name)
+        if (
+            not field.concrete
+            or hasattr(value, "resolve_expression")
+            or hasattr(value, "prepare_database_save")
+            or hasattr(field, "get_placeholder_sql")
+        ):
+            return None
+        sets.append(f"{qn(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    status = meta.get_field("status")
+    sql = (
+        f"UPDATE {qn(meta.db_table)} SET {', '.join(sets)} "
+        f"WHERE {qn(meta.pk.column)} = %s AND {qn(status.column)} = %s RETURNING 1"
+    )
+    params += [
+        meta.pk.get_db_prep_save(plan.id, connection),
+        status.get_db_prep_save(source, connection),
+    ]
+    return sql, params
 
 
 def _decision_kind(to: str, event: str, data: dict[str, Any]) -> str:
@@ -173,23 +250,50 @@ def approvals_return(plan: Plan) -> None:
 # --- attempts ---------------------------------------------------------------------------
 
 
-def attempt_open(plan: Plan) -> Attempt:
-    """The claim's attempt, prepared: a new one with a fresh idempotency key (committed
-    with the claim, before anything can be sent), or the plan's one attempt taken up
-    again when it provably sent nothing. Runs under the plan's row lock."""
+def execution_begin(plan: Plan, *, actor: str, event: str, now) -> Attempt:
+    """The claim: its attempt prepared and the plan moved to executing, committed together
+    before anything can be sent. The attempt is a new one with a fresh idempotency key, or
+    the plan's one attempt taken up again when it provably sent nothing. Runs under the
+    plan's row lock.
+
+    A new attempt's INSERT is made in the move's statement on PostgreSQL (one round trip
+    fewer per execution), as Model.save would make it (Django's own INSERT for the
+    instance); nothing else differs: the same rows are written in the same transaction,
+    which the claim rolls back if the move fails."""
     try:
         attempt = plan.attempt
     except Attempt.DoesNotExist:
-        return Attempt.objects.create(
-            plan=plan,
-            idempotency_key=uuid.uuid4().hex,
-            state=Attempt.State.PREPARED,
-            tries=1,
+        attempt = Attempt(
+            plan=plan, idempotency_key=uuid.uuid4().hex, state=Attempt.State.PREPARED, tries=1
         )
-    if attempt.state != Attempt.State.NOT_SENT:
-        # One attempt per plan; one that may have sent can never be re-armed.
-        raise InvalidTransition(f"plan {plan.id} is approved but has a {attempt.state} attempt")
-    return attempt_transition(attempt, to=Attempt.State.PREPARED, tries=attempt.tries + 1)
+        along = [_insert_sql(attempt)]
+    else:
+        if attempt.state != Attempt.State.NOT_SENT:
+            # One attempt per plan; one that may have sent can never be re-armed.
+            raise InvalidTransition(f"plan {plan.id} is approved but has a {attempt.state} attempt")
+        attempt_transition(attempt, to=Attempt.State.PREPARED, tries=attempt.tries + 1)
+        along = []
+    _transition(
+        plan,
+        to=PlanStatus.EXECUTING,
+        actor=actor,
+        event=event,
+        data={"attempt": str(attempt.id), "try": attempt.tries},
+        fields={"claimed_at": now},
+        along=along,
+    )
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return attempt
+
+
+def _insert_sql(instance: models.Model) -> tuple[str, list]:
+    """The INSERT ``instance.save()`` makes for a new row (Django's own, each field's
+    pre_save and encoding included), to be run as part of another statement."""
+    meta = instance._meta
+    query = InsertQuery(type(instance))
+    query.insert_values([f for f in meta.local_concrete_fields if not f.generated], [instance])
+    ((sql, params),) = query.get_compiler(connection=connection).as_sql()
+    return sql, list(params)
 
 
 def attempt_transition(attempt: Attempt, *, to: str, **fields: Any) -> Attempt:

@@ -21,7 +21,7 @@ from approvals.decisions.requester import requester_approval_problem
 from approvals.decisions.requirements import claim_refusal, claim_void_problem
 from approvals.grants import grant_refusal_reason
 from approvals.identity.passkeys import plan_signature_problem
-from approvals.lifecycle import approvals_spend, attempt_open, plan_transition
+from approvals.lifecycle import approvals_spend, execution_begin, plan_transition
 from approvals.models import Attempt, Plan, PlanStatus
 
 ACTOR = EXECUTOR
@@ -153,13 +153,5 @@ def claim_plan(plan_id) -> Claim | None:
                 outcome_detail=f"refused before sending: {reason}",
             )
             return None
-        attempt = attempt_open(plan)
-        plan_transition(
-            plan,
-            to=PlanStatus.EXECUTING,
-            actor=ACTOR,
-            event=event_name(plan, "claimed"),
-            data={"attempt": str(attempt.id), "try": attempt.tries},
-            claimed_at=now,
-        )
+        attempt = execution_begin(plan, actor=ACTOR, event=event_name(plan, "claimed"), now=now)
     return Claim(plan=plan, attempt=attempt, credential=credential)

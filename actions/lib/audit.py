@@ -83,7 +83,7 @@ def event_entry(event: AuditEvent) -> bytes:
     return event_bytes(seq=event.id, **fields)
 
 
-def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
+def _insert_postgresql(fields: dict[str, Any], change=None, along=()) -> tuple[int, str] | None:
     """Insert the event in one statement (one round trip); returns its number and bytes.
 
     The transaction's id is assigned first, then the number drawn, in that order (the
@@ -94,7 +94,13 @@ def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
     completed in the statement: "seq" sorts last among the keys, so the canonical bytes
     are those of the other fields with ``,"seq":<n>}`` in place of the closing brace, and
     their SHA-256 is taken there too. Nothing else is computed in SQL (the time is this
-    process's, as before)."""
+    process's, as before).
+
+    ``change``, an UPDATE ... RETURNING and its parameters, runs first in the same
+    statement, and the event is drawn from the rows it returns: written if and only if
+    the change changed a row (None otherwise, with no number drawn). Each of ``along``
+    (statements with their parameters) runs in the same statement too, whatever the
+    change does."""
     table = AuditEvent._meta.db_table
     without_seq = canonical_bytes(
         {
@@ -107,12 +113,18 @@ def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
         }
     )
     prefix = without_seq[:-1].decode() + ',"seq":'
+    writes = [(f"along{n}", sql, params) for n, (sql, params) in enumerate(along)]
+    if change is not None:
+        writes.append(("moved", *change))
+    moved = "".join(f"{name} AS ({sql}), " for name, sql, _ in writes)
+    moved_params = [param for _, _, params in writes for param in params]
+    source = " FROM moved" if change is not None else ""
     with connection.cursor() as cursor:
         if table not in _sequence:
             cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
             _sequence[table] = cursor.fetchone()[0]
         cursor.execute(
-            "WITH x AS MATERIALIZED (SELECT pg_current_xact_id()),"
+            f"WITH {moved}x AS MATERIALIZED (SELECT pg_current_xact_id(){source}),"
             " n AS MATERIALIZED (SELECT nextval(%s) AS id FROM x),"
             " b AS MATERIALIZED (SELECT n.id, %s::text || n.id::text || '}' AS body FROM n)"
             f" INSERT INTO {connection.ops.quote_name(table)}"
@@ -120,6 +132,7 @@ def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
             " SELECT b.id, %s, %s, %s, %s::uuid, %s, %s::jsonb, '', b.body,"
             " encode(sha256(convert_to(b.body, 'UTF8')), 'hex') FROM b RETURNING id",
             [
+                *moved_params,
                 _sequence[table],
                 prefix,
                 fields["at_value"],
@@ -130,8 +143,44 @@ def _insert_postgresql(fields: dict[str, Any]) -> tuple[int, str]:
                 json.dumps(fields["data"]),
             ],
         )
-        seq = cursor.fetchone()[0]
-    return seq, f"{prefix}{seq}}}"
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return row[0], f"{prefix}{row[0]}}}"
+
+
+def _event_fields(*, kind: str, actor: str, plan, data: dict[str, Any] | None) -> dict[str, Any]:
+    """What an event records, taken once: the time is this process's, now."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("an audit event must be written inside the transaction it records")
+    at = timezone.now()
+    return {
+        "at_value": at,
+        "at": at.isoformat(),
+        "kind": kind,
+        "actor": actor,
+        "plan_id": str(plan.id) if plan is not None else "",
+        "fingerprint": plan.fingerprint if plan is not None else "",
+        "data": data or {},
+    }
+
+
+def _inserted(fields: dict[str, Any], plan, seq: int, body: str) -> AuditEvent:
+    """The event as written by _insert_postgresql, without reading it back."""
+    event = AuditEvent(
+        id=seq,
+        at=fields["at_value"],
+        kind=fields["kind"],
+        actor=fields["actor"],
+        plan=plan,
+        fingerprint=fields["fingerprint"],
+        data=fields["data"],
+        body=body,
+        hash=sha256_hex(body.encode()),
+    )
+    event._state.adding = False
+    event._state.db = connection.alias
+    return event
 
 
 def audit_record(
@@ -143,37 +192,9 @@ def audit_record(
     database and is linked to the others later, once committed, by the sealer. On
     SQLite the number is the next rowid, taken under SQLite's single writer lock.
     """
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("audit_record() must run inside the transaction it records")
-    at = timezone.now()
-    data = data or {}
-    fingerprint = plan.fingerprint if plan is not None else ""
-    plan_id = str(plan.id) if plan is not None else ""
-    fields = {
-        "at_value": at,
-        "at": at.isoformat(),
-        "kind": kind,
-        "actor": actor,
-        "plan_id": plan_id,
-        "fingerprint": fingerprint,
-        "data": data,
-    }
+    fields = _event_fields(kind=kind, actor=actor, plan=plan, data=data)
     if connection.vendor == "postgresql":
-        seq, body = _insert_postgresql(fields)
-        event = AuditEvent(
-            id=seq,
-            at=at,
-            kind=kind,
-            actor=actor,
-            plan=plan,
-            fingerprint=fingerprint,
-            data=data,
-            body=body,
-            hash=sha256_hex(body.encode()),
-        )
-        event._state.adding = False
-        event._state.db = connection.alias
-        return event
+        return _inserted(fields, plan, *_insert_postgresql(fields))
     # SQLite: transactions begin IMMEDIATE (config/settings.py), so this one holds the
     # only write lock from its start to its commit and the next number is ours (a
     # rolled-back number is simply used again: no gaps on SQLite).
@@ -183,21 +204,44 @@ def audit_record(
         at=fields["at"],
         kind=kind,
         actor=actor,
-        plan_id=plan_id,
-        fingerprint=fingerprint,
-        data=data,
+        plan_id=fields["plan_id"],
+        fingerprint=fields["fingerprint"],
+        data=fields["data"],
     )
     return AuditEvent.objects.create(
         id=seq,
-        at=at,
+        at=fields["at_value"],
         kind=kind,
         actor=actor,
         plan=plan,
-        fingerprint=fingerprint,
-        data=data,
+        fingerprint=fields["fingerprint"],
+        data=fields["data"],
         body=body.decode(),
         hash=sha256_hex(body),
     )
+
+
+def audit_record_change(
+    change: tuple[str, list[Any]],
+    *,
+    along: list[tuple[str, list[Any]]] = (),
+    kind: str,
+    actor: str,
+    plan=None,
+    data: dict[str, Any] | None = None,
+) -> AuditEvent | None:
+    """Run ``change`` (PostgreSQL only: an UPDATE ... RETURNING, with its parameters) and
+    append the event recording it, in one statement: the event is written if and only if
+    the change returned a row, and None is returned when it changed nothing.
+
+    One round trip instead of two for a conditional change and its event, with the same
+    event (bytes, hash, number drawn after the transaction's id) as audit_record's.
+    ``along``: other writes of the same change (an INSERT), run in the same statement
+    whether or not ``change`` changed a row: undoing them then is the caller's
+    transaction's business."""
+    fields = _event_fields(kind=kind, actor=actor, plan=plan, data=data)
+    inserted = _insert_postgresql(fields, change, along)
+    return None if inserted is None else _inserted(fields, plan, *inserted)
 
 
 def audit_kinds() -> list[str]:

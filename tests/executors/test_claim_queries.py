@@ -51,3 +51,23 @@ def test_a_claim_under_policies_reads_the_agent_with_the_plan(
     assert selects_from(ctx.captured_queries, "actions_agent") == []
     locked = [q["sql"] for q in ctx.captured_queries if "FOR UPDATE" in q["sql"]]
     assert locked and all('FOR UPDATE OF "approvals_plan"' in sql for sql in locked), locked
+
+
+def test_each_move_of_an_execution_is_one_statement_with_its_event(
+    upstream, make_plan, demo_policies, run, executor_key
+):
+    """The claim and the outcome each move the plan and record it in one round trip: no
+    UPDATE of the plan, and no audit INSERT, on its own; the claim's attempt is inserted
+    in the claim's statement."""
+    plan = make_plan(input=ROUTINE)
+    with CaptureQueriesContext(connection) as ctx:
+        assert run(plan) == PlanStatus.COMPLETED
+    sqls = [q["sql"] for q in ctx.captured_queries]
+    moves = [sql for sql in sqls if sql.startswith("WITH ") and
+             'moved AS (UPDATE "approvals_plan"' in sql]  # fmt: skip
+    assert len(moves) == 2, sqls
+    assert all('INSERT INTO "approvals_auditevent"' in sql for sql in moves)
+    assert moves[0].startswith('WITH along0 AS (INSERT INTO "executors_attempt"')
+    alone = [sql for sql in sqls if not sql.startswith("WITH ")]
+    assert not [sql for sql in alone if sql.startswith('UPDATE "approvals_plan"')], sqls
+    assert not [sql for sql in alone if "INSERT INTO" in sql], sqls
