@@ -619,8 +619,9 @@ def report_section(r: dict) -> str:
     header = ["path", "web ms/plan", "worker ms/plan", "PostgreSQL ms/plan", "Redis ms/plan"]
     header += ["total", "queries per step", "total before", "total after", "plans/s"]
     idle_ms = latest.get("idle_ms_per_second", {})
+    code = f"the code at {before['code']}, " if before.get("code") else ""
     which = (
-        f"before: {before.get('measured')}, after: {after.get('measured')}"
+        f"before: {code}{before.get('measured')}, after: {after.get('measured')}"
         if after
         else f"before: {before.get('measured')}; no later run yet"
     )
