@@ -42,14 +42,18 @@ def plan_transition(
     actor: str,
     event: str,
     data: dict[str, Any] | None = None,
+    along: list[tuple[str, list]] = (),
     **fields: Any,
 ) -> Plan:
     """Move ``plan`` from its current status to ``to``, or raise InvalidTransition.
 
     A conditional UPDATE on (id, status) makes the move race-free: if another process
-    moved the plan first, zero rows change and nothing is recorded.
+    moved the plan first, zero rows change and nothing is recorded. ``along``: writes
+    made with the move, in its statement on PostgreSQL, whether or not the plan moves
+    (see _transition): only for a caller whose transaction rolls back on
+    InvalidTransition.
     """
-    return _transition(plan, to=to, actor=actor, event=event, data=data, fields=fields)
+    return _transition(plan, to=to, actor=actor, event=event, data=data, fields=fields, along=along)
 
 
 def _transition(
@@ -266,7 +270,7 @@ def execution_begin(plan: Plan, *, actor: str, event: str, now) -> Attempt:
         attempt = Attempt(
             plan=plan, idempotency_key=uuid.uuid4().hex, state=Attempt.State.PREPARED, tries=1
         )
-        along = [_insert_sql(attempt)]
+        along = [row_insert_sql(attempt)]
     else:
         if attempt.state != Attempt.State.NOT_SENT:
             # One attempt per plan; one that may have sent can never be re-armed.
@@ -286,7 +290,7 @@ def execution_begin(plan: Plan, *, actor: str, event: str, now) -> Attempt:
     return attempt
 
 
-def _insert_sql(instance: models.Model) -> tuple[str, list]:
+def row_insert_sql(instance: models.Model) -> tuple[str, list]:
     """The INSERT ``instance.save()`` makes for a new row (Django's own, each field's
     pre_save and encoding included), to be run as part of another statement."""
     meta = instance._meta

@@ -184,17 +184,29 @@ def _inserted(fields: dict[str, Any], plan, seq: int, body: str) -> AuditEvent:
 
 
 def audit_record(
-    *, kind: str, actor: str, plan=None, data: dict[str, Any] | None = None
+    *,
+    kind: str,
+    actor: str,
+    plan=None,
+    data: dict[str, Any] | None = None,
+    along: list[tuple[str, list[Any]]] = (),
 ) -> AuditEvent:
     """Append one event. Must run inside the transaction of the change it records.
 
     No lock and no read of another event: the row gets its sequence number from the
     database and is linked to the others later, once committed, by the sealer. On
     SQLite the number is the next rowid, taken under SQLite's single writer lock.
+
+    ``along``: the writes of the change the event records (an INSERT, with its
+    parameters), made first: in the event's statement on PostgreSQL (one round trip for
+    both), each on its own elsewhere. The event is the same either way.
     """
     fields = _event_fields(kind=kind, actor=actor, plan=plan, data=data)
     if connection.vendor == "postgresql":
-        return _inserted(fields, plan, *_insert_postgresql(fields))
+        return _inserted(fields, plan, *_insert_postgresql(fields, along=along))
+    for sql, params in along:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
     # SQLite: transactions begin IMMEDIATE (config/settings.py), so this one holds the
     # only write lock from its start to its commit and the next number is ours (a
     # rolled-back number is simply used again: no gaps on SQLite).

@@ -111,17 +111,20 @@ def _reviewer_facts(pks: set[Any], names: set[str]) -> dict[Any, dict[str, Any]]
     return facts
 
 
-def approvals_read(plan: Plan, *, usable_at: datetime | None = None) -> list[Approval]:
+def approvals_read(
+    plan: Plan, *, usable_at: datetime | None = None, inserting: tuple[str, list] | None = None
+) -> list[Approval]:
     """The plan's approvals of its fingerprint (with ``usable_at``: only those not yet
     used and not expired then), oldest first, with their reviewers and what
     approvals_standing needs to know of them, in one query whose SQL is built once
     (approvals/decisions/standing_query.py): compiling it with the ORM on every decision
-    and claim cost more than running it."""
+    and claim cost more than running it. ``inserting`` (PostgreSQL): the INSERT of a new
+    approval of the plan, made in that query and read with the others."""
     requirement = plan_policy_requirement(plan)
     names = requirement_groups(requirement) if requirement else set()
     read = []
     for approval, (active, superuser, direct, via_group, groups) in approvals_with_makers(
-        plan, names, usable_at
+        plan, names, usable_at, inserting
     ):
         approval.reviewer_facts = _facts(active, superuser, direct, via_group)
         approval.reviewer_facts["groups"] = groups

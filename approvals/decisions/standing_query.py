@@ -46,19 +46,30 @@ class _Texts:
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def approvals_with_makers(plan, names: set[str], usable_at: datetime | None) -> list[tuple]:
+def approvals_with_makers(
+    plan, names: set[str], usable_at: datetime | None, inserting: tuple[str, list] | None = None
+) -> list[tuple]:
     """(approval with its ``reviewer``, facts) for each approval of ``plan`` that
     approves its fingerprint, oldest first; with ``usable_at``, only those not yet used
     and not expired at that moment. ``facts``: active, superuser, reviews directly,
-    reviews through a group, and the set of ``names`` the maker is in now."""
+    reviews through a group, and the set of ``names`` the maker is in now.
+
+    ``inserting`` (PostgreSQL only): the INSERT of one of the plan's approvals, with its
+    parameters, made in this statement first and read with the others (a statement does
+    not see its own writes in the table, so the row it returns is added to those read):
+    one round trip for a decision's approval and the read that counts it."""
     alias = router.db_for_read(Approval)
     connection = connections[alias]
     texts = _texts(connection)
     names = sorted(names)
-    key = (len(names), usable_at is not None)
+    key = (len(names), usable_at is not None, inserting is not None)
     sql = texts.sql.get(key) or texts.sql.setdefault(key, _sql(connection, *key))
+    params = _params(connection, plan, names, usable_at)
+    if inserting is not None:
+        sql = f"WITH {_NEW} AS ({inserting[0]} RETURNING *) {sql}"
+        params = [*inserting[1], *params]
     with connection.cursor() as cursor:
-        cursor.execute(sql, _params(connection, plan, names, usable_at))
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     return _objects(alias, connection, texts, rows)
 
@@ -132,9 +143,15 @@ def _converters(connection, fields) -> list[tuple[int, list, Any]]:
     return out
 
 
-def _sql(connection, n_names: int, usable: bool) -> str:
+# The name the row being inserted goes by in the statement (approvals_with_makers).
+_NEW = "new_approval"
+
+
+def _sql(connection, n_names: int, usable: bool, inserting: bool = False) -> str:
     """The text for a requirement naming ``n_names`` groups (none: no group is read),
-    with the claim's filter when ``usable``. Every table and column is the models'."""
+    with the claim's filter when ``usable``, and the approvals in the table and the one
+    being inserted when ``inserting`` (the INSERT itself is put in front of it by the
+    caller). Every table and column is the models'."""
     q = connection.ops.quote_name
     users = get_user_model()
 
@@ -189,8 +206,12 @@ def _sql(connection, n_names: int, usable: bool) -> str:
         where += (
             f" AND a.{col(Approval, 'used_at')} IS NULL AND a.{col(Approval, 'expires_at')} > %s"
         )
+    approvals = table(Approval)
+    if inserting:
+        # RETURNING * gives the table's columns in the table's order, as SELECT * does.
+        approvals = f"(SELECT * FROM {approvals} UNION ALL SELECT * FROM {_NEW})"
     return (
-        f"SELECT {', '.join(columns)} FROM {table(Approval)} a "
+        f"SELECT {', '.join(columns)} FROM {approvals} a "
         f"JOIN {table(users)} u ON u.{pk(users)} = {reviewer}{named} "
         f"WHERE {where} ORDER BY a.{col(Approval, 'created_at')}, a.{pk(Approval)}"
     )

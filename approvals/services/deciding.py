@@ -3,12 +3,14 @@ passkey signatures and the separation of duties."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
@@ -47,11 +49,13 @@ from ..identity.passkeys import (
     approval_signature_verify,
     plan_needs_signature,
 )
-from ..lifecycle import plan_expire, plan_transition
+from ..lifecycle import plan_expire, plan_transition, row_insert_sql
 from ..models import Approval, Plan, PlanStatus
 from ..notifications import NoticeEvent, notify_event
 from ..permissions import can_review
 from ..wakeups import counted_on_commit
+
+ALREADY_DECIDED = "you have already decided on this plan"
 
 
 def approval_record(
@@ -97,7 +101,7 @@ def approval_record(
     # One decision sees the catalog as of one moment: the decision rules, the groups'
     # requirement and the policy set under one read of its generation (actions/cache.py).
     with catalog_snapshot(), transaction.atomic():
-        plan = _locked_undecided(plan_id, confirmed if approving else None)
+        plan = _locked_undecided(plan_id, reviewer, confirmed if approving else None)
         # A refusal is audited and committed with whatever it recorded, then raised.
         failure = _plan_refusal(plan, reviewer, decision, fingerprint_seen, now=now)
         signed: dict | Exception = {}
@@ -108,32 +112,48 @@ def approval_record(
             if isinstance(signed, Exception):
                 failure = signed
         if failure is None:
-            _decision_store(
-                plan,
-                reviewer,
-                decision=decision,
-                comment=comment,
-                break_glass=break_glass,
-                signed=signed,
-                now=now,
-            )
-            if approving:
-                _approve_if_met(plan, reviewer, comment=comment, break_glass=break_glass, now=now)
-            else:
-                _deny(plan, reviewer, comment=comment, now=now)
+            with _once_per_reviewer():
+                unwritten = _decision_store(
+                    plan,
+                    reviewer,
+                    decision=decision,
+                    comment=comment,
+                    break_glass=break_glass,
+                    signed=signed,
+                    now=now,
+                )
+                if approving:
+                    _approve_if_met(
+                        plan,
+                        reviewer,
+                        comment=comment,
+                        break_glass=break_glass,
+                        now=now,
+                        inserting=unwritten,
+                    )
+                else:
+                    _deny(plan, reviewer, comment=comment, now=now, inserting=unwritten)
     if failure is not None:
         raise failure
     return plan
 
 
-def _locked_undecided(plan_id, confirmed: Callable[[Plan], None] | None = None) -> Plan:
+def _locked_undecided(plan_id, reviewer, confirmed: Callable[[Plan], None] | None = None) -> Plan:
     """The plan, locked until commit; refused unless ``confirmed`` (when given) lets it
     through and it still awaits a decision. Its action's connector is joined too
     (unlocked, as the action and the agent): the decision rules match on the
-    connector's name, which read lazily was a query of its own on every decision."""
+    connector's name, which read lazily was a query of its own on every decision.
+
+    Whether ``reviewer`` decided it already is read in the same query
+    (``reviewer_decided``), judged where it always was (_reviewer_refusal). That read
+    is of the moment the query began, before the lock was granted: a decision by the
+    same reviewer committed while this one waited is caught by the approval's unique
+    constraint instead (_once_per_reviewer), with the same refusal."""
+    mine = Approval.objects.filter(plan=OuterRef("pk"), reviewer=reviewer)
     plan = (
         Plan.objects.select_for_update(of=("self",))
         .select_related("action__connector", "agent")
+        .annotate(reviewer_decided=Exists(mine))
         .filter(id=plan_id)
         .first()
     )
@@ -184,8 +204,8 @@ def _reviewer_refusal(plan: Plan, reviewer, decision: str, break_glass: bool, *,
     the decision rules do not let them, or they registered its agent and would approve
     an irreversible plan alone."""
     approving = decision == Approval.Decision.APPROVE
-    if plan.approvals.filter(reviewer=reviewer).exists():
-        raise AlreadyDecided("you have already decided on this plan")
+    if plan.reviewer_decided:
+        raise AlreadyDecided(ALREADY_DECIDED)
     if approving and is_requester(plan.requester, reviewer):
         audit_record(
             kind="approval.requester_refused",
@@ -229,10 +249,16 @@ def _reviewer_refusal(plan: Plan, reviewer, decision: str, break_glass: bool, *,
 
 def _decision_store(
     plan: Plan, reviewer, *, decision: str, comment: str, break_glass: bool, signed, now
-) -> None:
-    """The decision stored, bound to the plan's fingerprint (a break-glass one audited)."""
+) -> tuple[str, list] | None:
+    """The decision stored, bound to the plan's fingerprint (a break-glass one audited).
+
+    On PostgreSQL the approval's INSERT (Django's own, as Model.save makes it) is made
+    in the statement that comes next, one round trip fewer: break-glass's event here;
+    otherwise it is returned, for a denial's move (_deny) or an approval's read of the
+    approvals that count it (_approve_if_met). Elsewhere the ORM writes it here, and
+    None is returned."""
     ttl = plan.policy.get("approval_ttl_seconds", 900)
-    Approval.objects.create(
+    approval = Approval(
         plan=plan,
         reviewer=reviewer,
         decision=decision,
@@ -243,11 +269,36 @@ def _decision_store(
         break_glass=break_glass,
         **(signed if isinstance(signed, dict) else {}),
     )
+    unwritten = row_insert_sql(approval) if connection.vendor == "postgresql" else None
+    if unwritten is None:
+        approval.save(force_insert=True)
     if break_glass:
-        _break_glass_record(plan, reviewer, decision, comment)
+        _break_glass_record(plan, reviewer, decision, comment, along=_listed(unwritten))
+        unwritten = None
+    return unwritten
 
 
-def _deny(plan: Plan, reviewer, *, comment: str, now) -> None:
+def _listed(write: tuple[str, list] | None) -> list[tuple[str, list]]:
+    return [] if write is None else [write]
+
+
+@contextmanager
+def _once_per_reviewer() -> Iterator[None]:
+    """A second approval by the same reviewer, committed while this decision waited for
+    the plan's lock, refused as the first check refuses one (AlreadyDecided): the
+    transaction, aborted by the constraint, is rolled back with everything it wrote."""
+    try:
+        yield
+    except IntegrityError as exc:
+        diag = getattr(exc.__cause__, "diag", None)
+        if getattr(diag, "constraint_name", None) == "approval_once_per_reviewer":
+            raise AlreadyDecided(ALREADY_DECIDED) from exc
+        raise
+
+
+def _deny(plan: Plan, reviewer, *, comment: str, now, inserting) -> None:
+    """The plan denied, the approval's INSERT still to be made (``inserting``) made in
+    the move's statement; the lock held since the plan was read means it moves."""
     plan_transition(
         plan,
         to=PlanStatus.DENIED,
@@ -260,14 +311,18 @@ def _deny(plan: Plan, reviewer, *, comment: str, now) -> None:
         decided_at=now,
         finished_at=now,
         outcome_detail="denied by a reviewer",
+        along=_listed(inserting),
     )
 
 
-def _approve_if_met(plan: Plan, reviewer, *, comment: str, break_glass: bool, now) -> None:
-    """The approvals that still count, audited; the plan approved and handed to a worker
-    once they meet what it needs."""
+def _approve_if_met(
+    plan: Plan, reviewer, *, comment: str, break_glass: bool, now, inserting
+) -> None:
+    """The approvals that still count (the new one's INSERT still to be made,
+    ``inserting``, made in their read), audited; the plan approved and handed to a
+    worker once they meet what it needs."""
     actor = user_actor(reviewer)
-    rows = approvals_read(plan)
+    rows = approvals_read(plan, inserting=inserting)
     # Only approvals whose makers may still give them count: one by someone
     # deactivated, no longer allowed to review or out of the group it was
     # for since is void, and audited as such (approvals/decisions).
@@ -351,8 +406,9 @@ def _break_glass_check(plan_id, reviewer, decision: str, reason: str) -> None:
     raise why
 
 
-def _break_glass_record(plan: Plan, reviewer, decision: str, reason: str) -> None:
-    """Audited as such, counted, and told to every group of the plan (on commit)."""
+def _break_glass_record(plan: Plan, reviewer, decision: str, reason: str, along) -> None:
+    """Audited as such (in the statement of the approval's INSERT, ``along``, on
+    PostgreSQL), counted, and told to every group of the plan (on commit)."""
     audit_record(
         kind="approval.break_glass",
         actor=user_actor(reviewer),
@@ -362,6 +418,7 @@ def _break_glass_record(plan: Plan, reviewer, decision: str, reason: str) -> Non
             "reason": reason,
             "requirement": requirement_text(plan_policy_requirement(plan)) or "class default",
         },
+        along=along,
     )
     counted_on_commit(BREAK_GLASS.labels(decision=decision).inc)
     notify_event(plan.id, NoticeEvent.BREAK_GLASS)
