@@ -11,11 +11,15 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import Group, Permission
 from django.core import mail
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from prometheus_client import REGISTRY
 
 from actions.catalog import CatalogError
+from actions.lib.audit import event_entry
+from actions.lib.canonical import sha256_hex
 from actions.lib.exceptions import InvalidInput, NoOneCanDecide, NotAllowed
 from actions.lib.exceptions import NotEligibleToDecide as NotEligible
 from actions.lib.models import AuditEvent
@@ -305,10 +309,18 @@ def test_break_glass_is_audited_counted_and_told_to_every_group(make_plan, root,
     before = REGISTRY.get_sample_value(
         "countersign_break_glass_decisions_total", {"decision": "approve"}
     )
-    committed(decide, plan, root, break_glass=True, comment="incident 42: the account is abused")
+    with CaptureQueriesContext(connection) as ctx:
+        committed(
+            decide, plan, root, break_glass=True, comment="incident 42: the account is abused"
+        )
     approval = Approval.objects.get(plan=plan)
     assert approval.break_glass and approval.groups == []
     event = AuditEvent.objects.get(plan=plan, kind="approval.break_glass")
+    assert event.hash == sha256_hex(event_entry(event))
+    if connection.vendor == "postgresql":
+        # The approval's INSERT is made in its event's statement.
+        (insert,) = [q["sql"] for q in ctx if 'INSERT INTO "approvals_approval"' in q["sql"]]
+        assert insert.startswith("WITH along0 AS (INSERT") and "approval.break_glass" in insert
     assert event.data["reason"] == "incident 42: the account is abused"
     assert event.data["decision"] == "approve"
     assert (
