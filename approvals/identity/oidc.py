@@ -56,6 +56,7 @@ from actions.lib.exceptions import CountersignError
 from ..decisions.requirements import decision_groups_sync
 from ..models import OidcIdentity
 from ..services import reviewers_group_ensure
+from .permissions import OneQueryPermissions
 from .provider import provider_json
 
 logger = logging.getLogger(__name__)
@@ -267,7 +268,7 @@ def id_token_claims_check(payload: dict) -> dict:
     return payload
 
 
-class ReviewerOIDCBackend(OIDCAuthenticationBackend):
+class ReviewerOIDCBackend(OneQueryPermissions, OIDCAuthenticationBackend):
     def verify_token(self, token, **kwargs):
         try:
             payload = super().verify_token(token, **kwargs)

@@ -37,11 +37,12 @@ BUDGET = {"submit": 6, "read": 2, "read_settled": 2, "decide": 9, "execute": 11}
 COLD_BUDGET = {"submit": 14, "read": 2, "read_settled": 2, "decide": 10, "execute": 17}
 
 # A decision through the plan's page: the request's own queries (the session, the user,
-# their user and their group permissions) and the service's, with nothing read of the
+# their permissions: their own and their groups' in one query, approvals/identity/
+# permissions.py) and the service's, with nothing read of the
 # plan before the service locks it (the typed confirmation is checked on the locked row).
 # An approval that decides the plan transitions it too; one of two on an irreversible plan
 # does not.
-PAGE_BUDGET = {"approve": 11, "approve_irreversible": 10}
+PAGE_BUDGET = {"approve": 10, "approve_irreversible": 9}
 
 
 def count(fn) -> int:
