@@ -319,7 +319,14 @@ COUNTERSIGN_LOCAL_LOGIN = env_bool(
 )
 AUTHENTICATION_BACKENDS = [
     *(["approvals.identity.oidc.ReviewerOIDCBackend"] if COUNTERSIGN_OIDC else []),
-    *(["approvals.identity.permissions.ModelBackend"] if COUNTERSIGN_LOCAL_LOGIN else []),
+    *(
+        [
+            "approvals.identity.permissions.PermissionsRead",
+            "django.contrib.auth.backends.ModelBackend",
+        ]
+        if COUNTERSIGN_LOCAL_LOGIN
+        else []
+    ),
 ]
 if not AUTHENTICATION_BACKENDS:
     raise ImproperlyConfigured(

@@ -11,9 +11,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from approvals.identity.oidc import ReviewerOIDCBackend
-from approvals.identity.permissions import ModelBackend
+from approvals.identity.permissions import PermissionsRead
 
-BACKENDS = [ModelBackend, ReviewerOIDCBackend]
+BACKENDS = [PermissionsRead, ReviewerOIDCBackend]
 
 
 def _perm(codename: str) -> Permission:
@@ -71,7 +71,7 @@ def test_the_sets_are_django_s(backend, people):
 
 
 def test_a_permission_taken_away_applies_to_the_next_request(people):
-    backend = ModelBackend()
+    backend = PermissionsRead()
     this_request = _fresh("grouped")
     assert backend.has_perm(this_request, "approvals.review_plan")
     Group.objects.get(name="a").user_set.remove(this_request)
@@ -83,3 +83,22 @@ def test_a_permission_taken_away_applies_to_the_next_request(people):
     with CaptureQueriesContext(connection) as reads:
         assert backend.has_perm(this_request, "approvals.review_plan")  # this one's, kept
     assert not reads
+
+
+def test_a_password_sign_in_is_recorded_under_django_s_own_backend(people, client):
+    """The permissions backend signs no one in: a local sign-in's session names Django's
+    ModelBackend, as every earlier release's did, so no session ends with an upgrade."""
+    from django.contrib.auth import BACKEND_SESSION_KEY
+
+    user = _fresh("own")
+    user.set_password("a long enough password 1")
+    user.save()
+    assert (
+        PermissionsRead().authenticate(None, username="own", password="a long enough password 1")
+        is None
+    )
+    response = client.post(
+        "/accounts/login/", {"username": "own", "password": "a long enough password 1"}
+    )
+    assert response.status_code == 302, response.content[:300]
+    assert client.session[BACKEND_SESSION_KEY] == "django.contrib.auth.backends.ModelBackend"
