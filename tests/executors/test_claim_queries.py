@@ -71,3 +71,18 @@ def test_each_move_of_an_execution_is_one_statement_with_its_event(
     alone = [sql for sql in sqls if not sql.startswith("WITH ")]
     assert not [sql for sql in alone if sql.startswith('UPDATE "approvals_plan"')], sqls
     assert not [sql for sql in alone if "INSERT INTO" in sql], sqls
+
+
+def test_the_claim_reads_the_vault_lock_with_the_plan_and_the_fence_again(
+    upstream, make_plan, demo_policies, run, executor_key
+):
+    """The vault lock stops a claim: read in the statement that locks the plan (only the
+    plan's row locked), not in one of its own; the fence reads it again before sending."""
+    plan = make_plan(input=ROUTINE)
+    with CaptureQueriesContext(connection) as ctx:
+        assert run(plan) == PlanStatus.COMPLETED
+    sqls = [q["sql"] for q in ctx.captured_queries]
+    # Two reads of the lock in all: no statement of its own.
+    claim, fence = [sql for sql in sqls if '"actions_vaultstate"' in sql]
+    assert 'FOR UPDATE OF "approvals_plan"' in claim and 'FROM "approvals_plan"' in claim
+    assert fence.startswith('UPDATE "executors_attempt"')
