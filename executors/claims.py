@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import transaction
-from django.db.models import Exists
+from django.db import connection, transaction
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
@@ -96,13 +97,19 @@ def _vault_locked(plan: Plan) -> bool:
     return VaultState.is_locked() if locked is None else locked
 
 
-def _vault_lock_read() -> Exists:
+def _vault_lock_read() -> RawSQL:
     """The vault lock, read in the claim's locking statement rather than in one of its
     own (no row yet means never locked, as VaultState.is_locked reads it). Read as of
     the statement's start, not after the plan's lock was granted: locking the vault never
     waits for a plan's lock, so no read here was ever ordered after it; the fence reads
-    the lock again, in its own statement, before anything is sent."""
-    return Exists(VaultState.objects.filter(id=VaultState.SINGLETON_ID, locked=True))
+    the lock again, in its own statement, before anything is sent. In plain SQL, as
+    is_locked's: the ORM's EXISTS took longer to build than the query it saves."""
+    return RawSQL(
+        f"EXISTS (SELECT 1 FROM {connection.ops.quote_name(VaultState._meta.db_table)} "
+        "WHERE id = %s AND locked)",
+        [VaultState.SINGLETON_ID],
+        output_field=BooleanField(),
+    )
 
 
 def needs_no_approval(plan: Plan) -> bool:
