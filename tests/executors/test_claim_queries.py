@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from psycopg.pq import TransactionStatus
 
 from approvals.models import PlanStatus
 from approvals.services import approval_record
@@ -86,3 +87,28 @@ def test_the_claim_reads_the_vault_lock_with_the_plan_and_the_fence_again(
     claim, fence = [sql for sql in sqls if '"actions_vaultstate"' in sql]
     assert 'FOR UPDATE OF "approvals_plan"' in claim and 'FROM "approvals_plan"' in claim
     assert fence.startswith('UPDATE "executors_attempt"')
+
+
+def test_the_last_move_of_an_execution_is_its_own_transaction(
+    transactional_db, upstream, make_plan, demo_policies, run, executor_key
+):
+    """The worker runs outside a transaction: its last move (the outcome and its event)
+    is one statement committed by itself, with no BEGIN before it nor COMMIT after."""
+    plan = make_plan(input=ROUTINE)
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        before = connection.connection.info.transaction_status
+        result = execute(sql, params, many, context)
+        seen.append((sql, before, connection.connection.info.transaction_status, params))
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        assert run(plan) == PlanStatus.COMPLETED
+    moves = [s for s in seen if 'moved AS (UPDATE "approvals_plan"' in s[0]]
+    claim, last = moves
+    idle = TransactionStatus.IDLE
+    # The claim's move is inside the claim's transaction; the last one is alone.
+    assert claim[1] == claim[2] == TransactionStatus.INTRANS
+    assert last[1] == last[2] == idle, last[:3]
+    assert last[3][0] == PlanStatus.COMPLETED
