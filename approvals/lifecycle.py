@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -74,11 +75,14 @@ def _transition(
     if to not in TRANSITIONS.get(source, frozenset()):
         raise InvalidTransition(f"a plan cannot go from {source} to {to}")
     recorded = {"kind": event, "actor": actor, "data": {"from": source, "to": to, **(data or {})}}
+    values = {"status": to, **fields}
+    change = _move_sql(plan, source, values) if connection.vendor == "postgresql" else None
     # No savepoint inside a caller's transaction (two round trips saved on the hot
     # paths): a lost race writes nothing and is raised only after the block, so a caller
-    # that catches it can go on using its transaction.
-    with transaction.atomic(savepoint=False):
-        moved = _plan_move(plan, source, {"status": to, **fields}, recorded, along)
+    # that catches it can go on using its transaction. With no transaction open, the
+    # one statement is its own (no BEGIN and COMMIT around it).
+    with nullcontext() if _alone(change, along) else transaction.atomic(savepoint=False):
+        moved = _plan_move(plan, source, values, recorded, change, along)
         if moved:
             # Wake the plan's long-polls, wherever they wait, once this commits.
             plan_changed(plan.id, to)
@@ -92,12 +96,25 @@ def _transition(
     return plan
 
 
-def _plan_move(plan: Plan, source: str, values: dict[str, Any], recorded: dict, along) -> bool:
+def _alone(change: tuple[str, list] | None, along) -> bool:
+    """Can the move be a transaction of its own: one statement (``change``, PostgreSQL's,
+    with nothing ``along`` that a failed move would have to undo) and no transaction open
+    (the connection in autocommit)? One statement is atomic by itself, so the plan's move
+    and its event are still both or neither, and what waits for the commit (the wake-up,
+    the metrics) runs once the statement has committed."""
+    if change is None or along:
+        return False
+    current = transaction.get_connection()
+    return not current.in_atomic_block and current.get_autocommit()
+
+
+def _plan_move(
+    plan: Plan, source: str, values: dict[str, Any], recorded: dict, change, along
+) -> bool:
     """The conditional UPDATE and its audit event, both or neither; ``plan`` takes the
-    new values if the move happened. On PostgreSQL one statement (one round trip instead
-    of two on every transition); elsewhere, or for a value only the ORM can write, the
-    ORM's UPDATE and then the event."""
-    change = _move_sql(plan, source, values) if connection.vendor == "postgresql" else None
+    new values if the move happened. On PostgreSQL one statement, ``change`` (one round
+    trip instead of two on every transition); elsewhere, or for a value only the ORM can
+    write (``change`` None), the ORM's UPDATE and then the event."""
     if change is None:
         for sql, params in along:
             with connection.cursor() as cursor:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from actions.cache import snapshot as catalog_snapshot
@@ -40,7 +42,7 @@ class Claim:
 def refusal_reason(plan: Plan, now) -> str | None:
     """Why this plan must not be sent, from what the claim already read; the approvals
     are checked last, by spending them (approvals.lifecycle.approvals_spend)."""
-    if VaultState.is_locked():
+    if _vault_locked(plan):
         return VAULT_LOCKED
     action = plan.action
     if not plan_fingerprint_matches(plan):
@@ -88,6 +90,28 @@ def refusal_reason(plan: Plan, now) -> str | None:
     return None
 
 
+def _vault_locked(plan: Plan) -> bool:
+    """Whether the vault is locked, as the claim read it with the plan it locked
+    (``vault_locked``), or read now for a plan loaded without it."""
+    locked = plan.__dict__.get("vault_locked")
+    return VaultState.is_locked() if locked is None else locked
+
+
+def _vault_lock_read() -> RawSQL:
+    """The vault lock, read in the claim's locking statement rather than in one of its
+    own (no row yet means never locked, as VaultState.is_locked reads it). Read as of
+    the statement's start, not after the plan's lock was granted: locking the vault never
+    waits for a plan's lock, so no read here was ever ordered after it; the fence reads
+    the lock again, in its own statement, before anything is sent. In plain SQL, as
+    is_locked's: the ORM's EXISTS took longer to build than the query it saves."""
+    return RawSQL(
+        f"EXISTS (SELECT 1 FROM {connection.ops.quote_name(VaultState._meta.db_table)} "
+        "WHERE id = %s AND locked)",
+        [VaultState.SINGLETON_ID],
+        output_field=BooleanField(),
+    )
+
+
 def needs_no_approval(plan: Plan) -> bool:
     """No person's approval to spend: a plain observation read its action lets run
     without a decision (the plan's fingerprinted policy says so, and the action,
@@ -119,10 +143,12 @@ def claim_plan(plan_id) -> Claim | None:
         # and its connector come from the catalog cache, as fresh as a join would read
         # them (actions/cache.py) and without compiling a four-table join per claim. The
         # agent is joined, unlocked: the policies' facts name it, and read lazily it was
-        # a query of its own on every claim.
+        # a query of its own on every claim. The vault lock is read in the same
+        # statement (_vault_lock_read).
         plan = (
             Plan.objects.select_for_update(of=("self",))
             .select_related("attempt", "agent")
+            .annotate(vault_locked=_vault_lock_read())
             .filter(id=plan_id)
             .order_by()
             .first()

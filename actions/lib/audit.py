@@ -149,9 +149,16 @@ def _insert_postgresql(fields: dict[str, Any], change=None, along=()) -> tuple[i
     return row[0], f"{prefix}{row[0]}}}"
 
 
-def _event_fields(*, kind: str, actor: str, plan, data: dict[str, Any] | None) -> dict[str, Any]:
-    """What an event records, taken once: the time is this process's, now."""
-    if not transaction.get_connection().in_atomic_block:
+def _event_fields(
+    *, kind: str, actor: str, plan, data: dict[str, Any] | None, alone: bool = False
+) -> dict[str, Any]:
+    """What an event records, taken once: the time is this process's, now.
+
+    Refused outside a transaction, but for an event ``alone`` in one statement with the
+    change it records and nothing else (audit_record_change with nothing ``along``), on
+    a connection in autocommit: that statement is its own transaction, both or neither."""
+    current = transaction.get_connection()
+    if not current.in_atomic_block and not (alone and current.get_autocommit()):
         raise RuntimeError("an audit event must be written inside the transaction it records")
     at = timezone.now()
     return {
@@ -250,8 +257,9 @@ def audit_record_change(
     event (bytes, hash, number drawn after the transaction's id) as audit_record's.
     ``along``: other writes of the same change (an INSERT), run in the same statement
     whether or not ``change`` changed a row: undoing them then is the caller's
-    transaction's business."""
-    fields = _event_fields(kind=kind, actor=actor, plan=plan, data=data)
+    transaction's business, so with any it must run inside one. Without, it may run in
+    autocommit: the change and its event are then one statement, its own transaction."""
+    fields = _event_fields(kind=kind, actor=actor, plan=plan, data=data, alone=not along)
     inserted = _insert_postgresql(fields, change, along)
     return None if inserted is None else _inserted(fields, plan, *inserted)
 

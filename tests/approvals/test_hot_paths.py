@@ -29,12 +29,13 @@ from executors.services import execution_run
 # through the API reads the generation once, for the token check and everything the
 # submission looks up (one moment of the catalog). Each move of a plan is one statement
 # with its audit event (approvals/lifecycle.py: plan_transition), one in a decision and
-# two in an execution; the claim's attempt is inserted in the claim's (execution_begin).
+# two in an execution; the claim's attempt is inserted in the claim's (execution_begin),
+# and the vault lock is read in the statement that locks the plan (executors/claims.py).
 # A decision's approval is inserted in the read of the approvals that count it (a
 # denial's: in the plan's move), and whether its reviewer decided already is read with
 # the locked plan (approvals/services/deciding.py).
-BUDGET = {"submit": 6, "read": 2, "read_settled": 2, "decide": 9, "execute": 11}
-COLD_BUDGET = {"submit": 14, "read": 2, "read_settled": 2, "decide": 10, "execute": 17}
+BUDGET = {"submit": 6, "read": 2, "read_settled": 2, "decide": 9, "execute": 10}
+COLD_BUDGET = {"submit": 14, "read": 2, "read_settled": 2, "decide": 10, "execute": 16}
 
 # A decision through the plan's page: the request's own queries (the session, the user,
 # their permissions: their own and their groups' in one query, approvals/identity/

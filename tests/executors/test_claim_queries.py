@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from psycopg.pq import TransactionStatus
 
 from approvals.models import PlanStatus
 from approvals.services import approval_record
@@ -71,3 +72,43 @@ def test_each_move_of_an_execution_is_one_statement_with_its_event(
     alone = [sql for sql in sqls if not sql.startswith("WITH ")]
     assert not [sql for sql in alone if sql.startswith('UPDATE "approvals_plan"')], sqls
     assert not [sql for sql in alone if "INSERT INTO" in sql], sqls
+
+
+def test_the_claim_reads_the_vault_lock_with_the_plan_and_the_fence_again(
+    upstream, make_plan, demo_policies, run, executor_key
+):
+    """The vault lock stops a claim: read in the statement that locks the plan (only the
+    plan's row locked), not in one of its own; the fence reads it again before sending."""
+    plan = make_plan(input=ROUTINE)
+    with CaptureQueriesContext(connection) as ctx:
+        assert run(plan) == PlanStatus.COMPLETED
+    sqls = [q["sql"] for q in ctx.captured_queries]
+    # Two reads of the lock in all: no statement of its own.
+    claim, fence = [sql for sql in sqls if '"actions_vaultstate"' in sql]
+    assert 'FOR UPDATE OF "approvals_plan"' in claim and 'FROM "approvals_plan"' in claim
+    assert fence.startswith('UPDATE "executors_attempt"')
+
+
+def test_the_last_move_of_an_execution_is_its_own_transaction(
+    transactional_db, upstream, make_plan, demo_policies, run, executor_key
+):
+    """The worker runs outside a transaction: its last move (the outcome and its event)
+    is one statement committed by itself, with no BEGIN before it nor COMMIT after."""
+    plan = make_plan(input=ROUTINE)
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        before = connection.connection.info.transaction_status
+        result = execute(sql, params, many, context)
+        seen.append((sql, before, connection.connection.info.transaction_status, params))
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        assert run(plan) == PlanStatus.COMPLETED
+    moves = [s for s in seen if 'moved AS (UPDATE "approvals_plan"' in s[0]]
+    claim, last = moves
+    idle = TransactionStatus.IDLE
+    # The claim's move is inside the claim's transaction; the last one is alone.
+    assert claim[1] == claim[2] == TransactionStatus.INTRANS
+    assert last[1] == last[2] == idle, last[:3]
+    assert last[3][0] == PlanStatus.COMPLETED
