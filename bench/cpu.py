@@ -57,17 +57,6 @@ BATCH = {"quick": 60, "full": 300}
 PROFILE_BATCH = {"quick": 100, "full": 200}
 SPY_RATE = 400  # samples per second of py-spy
 RESULT_KEY = "cpu_per_plan"
-# Where a plan stops (bench/run.py's list, repeated: run.py imports this module).
-TERMINAL = {
-    "completed",
-    "stale",
-    "rejected",
-    "refused",
-    "already_in_desired_state",
-    "denied",
-    "expired",
-    "cancelled",
-}
 BEFORE_KEY = "cpu_per_plan_before"
 
 
@@ -213,12 +202,12 @@ def settle(ids: list[str], timeout: float, terminal: bool = True) -> tuple[dict[
     the statuses counted and when (``time.monotonic()``) the last plan was seen terminal,
     polled every 0.05 s."""
     from actions.lib.checkpoints import audit_unsealed_age
-    from approvals.models import Plan
+    from approvals.models import Plan, PlanStatus
 
     deadline = time.monotonic() + timeout
     while True:
         found = dict(Plan.objects.filter(id__in=ids).values_list("id", "status"))
-        if not terminal or all(s in TERMINAL for s in found.values()):
+        if not terminal or all(s in PlanStatus.terminal() for s in found.values()):
             break
         if time.monotonic() > deadline:
             break

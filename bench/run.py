@@ -80,16 +80,6 @@ from bench.procs import (  # noqa: E402
 log = logging.getLogger("bench")
 
 CONTACT_BASE = 1_000_000  # contacts created upstream for the run: c-1000000, c-1000001 ...
-TERMINAL = {
-    "completed",
-    "stale",
-    "rejected",
-    "refused",
-    "already_in_desired_state",
-    "denied",
-    "expired",
-    "cancelled",
-}
 
 
 @dataclass
@@ -422,6 +412,13 @@ def approve(plan: dict, reviewer, decision: str = "approve") -> float:
     return stamp[0]
 
 
+def _terminal() -> frozenset[str]:
+    """Where a plan stops: the product's own list (read once Django is set up)."""
+    from approvals.models import PlanStatus
+
+    return PlanStatus.terminal()
+
+
 def statuses(ids: list[str]) -> dict[str, str]:
     from approvals.models import Plan
 
@@ -432,7 +429,7 @@ def wait_settled(ids: list[str], timeout: float) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     while True:
         found = statuses(ids)
-        if all(s in TERMINAL for s in found.values()) or time.monotonic() > deadline:
+        if all(s in _terminal() for s in found.values()) or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
 
@@ -1017,7 +1014,7 @@ def b3_throughput(d: Deployment, sizes: Sizes) -> dict:
             with contextlib.suppress(Exception):
                 samples.append([r.rss_kb for r in d.worker_readings()])
             found = statuses(ids)
-            if all(s in TERMINAL for s in found.values()) or time.time() - began > 300:
+            if all(s in _terminal() for s in found.values()) or time.time() - began > 300:
                 break
             time.sleep(0.2)
         finished = [
